@@ -1,0 +1,1 @@
+"""Methods as init/step over a state of rows, the registry, the comm layer and the runner."""

@@ -1,0 +1,11 @@
+"""Compressors: ``(m, d)`` rows to a payload with exact bits and back, with declared constants.
+
+``parse_spec("topk:k=10")`` builds one from its command-line spec; ``COMPRESSORS`` is the
+registry. ``python -m compressors --dim 1000`` prints every compressor's class, constant and
+bits.
+"""
+
+from compressors.base import Compressor, Packet
+from compressors.registry import COMPRESSORS, parse_spec, spec_of
+
+__all__ = ["COMPRESSORS", "Compressor", "Packet", "parse_spec", "spec_of"]

@@ -1,0 +1,214 @@
+"""The compressor interface: rows in, a payload with exact bits out, rows back.
+
+A compressor maps a batch of rows ``x_i`` of shape ``(m, d)`` (one row per node held by this
+process) to a :class:`Packet` and back. It declares what theory needs (``unbiased`` with
+``omega(d)``, or ``contractive`` with ``delta(d)``) and counts the bits of the payload it actually
+produced, per row, as integers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+
+from streams import Streams
+
+__all__ = ["Compressor", "Packet", "ceil_log2", "resolve_k", "work_dtype", "RngLike"]
+
+RngLike = Streams | torch.Generator | list | tuple | int
+
+
+def ceil_log2(d: int) -> int:
+    """Bits of one index into ``range(d)``: ``ceil(log2 d)`` (0 for ``d == 1``)."""
+    return (int(d) - 1).bit_length()
+
+
+def work_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Precision the arithmetic runs in: float64 stays, everything else uses float32."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def resolve_k(k: int | None, ratio: float | None, d: int, default_ratio: float) -> int:
+    """The number of coordinates kept: ``k`` if given, else ``max(1, round(ratio * d))``."""
+    if k is None:
+        r = default_ratio if ratio is None else ratio
+        k = max(1, round(r * d))
+    if k > d:
+        raise ValueError(f"k must be <= d, got k={k} with d={d}")
+    return k
+
+
+def check_k_ratio(k: int | None, ratio: float | None) -> None:
+    """Shared parameter check for compressors keeping ``k`` (or ``ratio * d``) coordinates."""
+    if k is not None and ratio is not None:
+        raise ValueError(f"give k or ratio, not both (got k={k}, ratio={ratio})")
+    if k is not None and (not isinstance(k, int) or k <= 0):
+        raise ValueError(f"k must be a positive integer (1 <= k <= d), got k={k!r}")
+    if ratio is not None and not 0 < ratio <= 1:
+        raise ValueError(f"ratio must be in (0, 1], got ratio={ratio!r}")
+
+
+def check_float_bits(float_bits: int) -> None:
+    if float_bits not in (16, 32, 64):
+        raise ValueError(f"float_bits must be 16, 32 or 64, got float_bits={float_bits!r}")
+
+
+@dataclass(frozen=True, eq=False)
+class Packet:
+    """What a compressor sends, for ``m`` rows at once.
+
+    Attributes:
+        fields: the payload tensors, each with leading axis ``m``.
+        nbits: int64 ``(m,)``, the bits each row puts on the wire under the documented encoding.
+        d: the dimension of the rows this packet decodes to.
+        dtype: the dtype decode returns (the input's).
+        wire: names of the fields that travel; the others the receiver regenerates from shared
+            randomness or the format (e.g. RandK's indices under a shared seed) and cost no bits.
+        meta: small non-tensor facts decode needs (a matrix shape, a scale).
+    """
+
+    fields: Mapping[str, torch.Tensor]
+    nbits: torch.Tensor
+    d: int
+    dtype: torch.dtype
+    wire: frozenset[str]
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def m(self) -> int:
+        return self.nbits.numel()
+
+
+@dataclass(frozen=True)
+class Compressor:
+    """Base of every compressor: hyperparameters only, no state.
+
+    Class-level declarations (tests and algorithms read these, never class names):
+        unbiased: ``E C(x) = x`` and ``E||C(x) - x||^2 <= omega(d) ||x||^2``.
+        contractive: ``E||C(x) - x||^2 <= (1 - delta(d)) ||x||^2`` (biased compressors).
+        deterministic: no randomness at all (``rng`` is ignored).
+        shared_randomness: rows must be given identical keys (a shared seed) for the declared
+            joint behaviour (PermK; RandK with ``shared=True``).
+        needs_node_count: the compressor needs ``n``, the number of nodes; bind it with
+            :meth:`bind`.
+        linear: linear in ``x`` for a fixed random seed, so messages can be summed by
+            all-reduce instead of gathered.
+        projection: ``C(x)`` is an orthogonal projection of ``x`` (``<C(x), x - C(x)> = 0``), as
+            for Top-K; composition rules use it.
+        scaled_projection: ``C(x) = (omega + 1) Pi x`` for a random orthogonal projection ``Pi``
+            (Rand-K, Perm-K, Bernoulli), so ``C/(omega + 1)`` is a projection.
+        sparsifier: the payload is ``values`` and ``indices`` of shape ``(m, k)`` with ``k``
+            fixed, decoded as ``scale * values`` scattered at ``indices`` (Top-K, Rand-K);
+            composition quantizes the ``k`` values only.
+        fixed_size: every payload has the same size, ``bits(d)``; otherwise the size depends on
+            the draw and ``expected_bits(d)`` is its mean.
+        preserves_zero: ``C(0) = 0``.
+    """
+
+    unbiased: ClassVar[bool] = False
+    contractive: ClassVar[bool] = False
+    deterministic: ClassVar[bool] = False
+    shared_randomness: ClassVar[bool] = False
+    needs_node_count: ClassVar[bool] = False
+    linear: ClassVar[bool] = False
+    projection: ClassVar[bool] = False
+    scaled_projection: ClassVar[bool] = False
+    sparsifier: ClassVar[bool] = False
+    fixed_size: ClassVar[bool] = True
+    preserves_zero: ClassVar[bool] = True
+
+    # ---------------------------------------------------------------- theory
+    def omega(self, d: int) -> float:
+        """Variance constant of an unbiased compressor."""
+        raise ValueError(f"{self.spec()} is not unbiased: it declares no omega")
+
+    def delta(self, d: int) -> float:
+        """Contraction constant. For an unbiased compressor it is that of ``C/(omega+1)``."""
+        if self.unbiased:
+            return 1.0 / (self.omega(d) + 1.0)
+        raise ValueError(f"{self.spec()} is in neither class: it declares no delta")
+
+    def support(self, d: int) -> int:
+        """At most how many non-zeros an output row has."""
+        return d
+
+    def bits(self, d: int) -> int:
+        """Exact bits per row of a fixed-size payload (the documented formula)."""
+        raise ValueError(f"{self.spec()} has a variable-size payload; use expected_bits")
+
+    def expected_bits(self, d: int) -> float | None:
+        """Mean bits per row (``bits(d)`` for fixed-size payloads; ``None`` when the size
+        depends on the input, as for Elias-coded quantizers)."""
+        return float(self.bits(d))
+
+    def max_bits(self, d: int) -> int:
+        """An upper bound on the bits of any payload (``bits(d)`` for fixed-size ones)."""
+        return self.bits(d)
+
+    def worst_case(self, d: int) -> torch.Tensor | None:
+        """A vector at which the declared constant is attained (or ``None`` if none is known).
+
+        For unbiased compressors ``E||C(x) - x||^2 = omega ||x||^2`` there; for contractive ones
+        ``E||C(x) - x||^2 = (1 - delta) ||x||^2``.
+        """
+        return None
+
+    # ---------------------------------------------------------------- binding and naming
+    def bind(self, n: int) -> Compressor:
+        """Return the compressor for a run with ``n`` nodes (a no-op unless it needs ``n``)."""
+        return self
+
+    def spec(self) -> str:
+        """The command-line spec that rebuilds this compressor."""
+        from compressors.registry import spec_of
+
+        return spec_of(self)
+
+    @classmethod
+    def examples(cls) -> list[Compressor]:
+        """Instances that the registry-driven tests exercise (default parameters first)."""
+        return [cls()]
+
+    # ---------------------------------------------------------------- the operator
+    def encode(self, x_i: torch.Tensor, rng: RngLike) -> Packet:
+        """Compress ``m`` rows ``x_i`` of shape ``(m, d)``; ``rng`` gives one stream per row."""
+        if x_i.dim() != 2:
+            raise ValueError(f"x_i must have shape (m, d), got {tuple(x_i.shape)}")
+        if not x_i.is_floating_point():
+            raise ValueError(f"x_i must be a floating-point tensor, got {x_i.dtype}")
+        streams = Streams.coerce(rng, x_i.shape[0], device=x_i.device)
+        return self._encode(x_i, streams)
+
+    def decode(self, packet: Packet) -> torch.Tensor:
+        """The ``(m, d)`` rows the receiver reconstructs, in the input's dtype."""
+        return self._decode(packet).to(packet.dtype)
+
+    def __call__(self, x_i: torch.Tensor, rng: RngLike) -> torch.Tensor:
+        return self.decode(self.encode(x_i, rng))
+
+    def _encode(self, x_i: torch.Tensor, rng: Streams) -> Packet:
+        raise NotImplementedError
+
+    def _decode(self, packet: Packet) -> torch.Tensor:
+        raise NotImplementedError
+
+    # ---------------------------------------------------------------- helpers
+    def _packet(self, x_i: torch.Tensor, nbits, wire, meta=None, **fields: torch.Tensor) -> Packet:
+        m = x_i.shape[0]
+        nb = torch.as_tensor(nbits, dtype=torch.int64, device=x_i.device)
+        nb = nb.expand(m).clone() if nb.dim() == 0 else nb
+        return Packet(fields, nb, x_i.shape[1], x_i.dtype, frozenset(wire), meta or {})
+
+    def params(self) -> dict[str, Any]:
+        """The hyperparameters, for config files."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+def scatter_rows(packet: Packet, idx: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """Dense ``(m, d)`` rows with ``values`` at column indices ``idx`` (both ``(m, k)``)."""
+    out = torch.zeros(idx.shape[0], packet.d, dtype=values.dtype, device=values.device)
+    return out.scatter_(1, idx, values)

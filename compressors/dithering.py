@@ -1,0 +1,201 @@
+"""Random dithering and QSGD: stochastic rounding of |x_j| / ||x||_p to a grid of levels."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from compressors.base import Compressor, Packet, check_float_bits, work_dtype
+from streams import Streams
+
+
+def elias_gamma_bits(v: torch.Tensor) -> torch.Tensor:
+    """Length of the Elias gamma code of integers ``v >= 1``: ``2 floor(log2 v) + 1``."""
+    return 2 * (torch.frexp(v.to(torch.float64))[1].to(torch.int64) - 1) + 1
+
+
+def elias_payload_bits(level: torch.Tensor) -> torch.Tensor:
+    """Per row: for each non-zero level, gamma(gap to the previous non-zero) + sign + gamma(level).
+
+    The QSGD code (Alistarh et al. 2017, arXiv 1610.02132, Sec. 3.2), norm excluded.
+    """
+    m, d = level.shape
+    nz = level > 0
+    pos = torch.arange(d, device=level.device).expand(m, d)
+    last = torch.cummax(torch.where(nz, pos, -1), dim=1).values
+    prev = torch.cat(
+        [torch.full((m, 1), -1, device=level.device, dtype=last.dtype), last[:, :-1]], dim=1
+    )
+    per = elias_gamma_bits((pos - prev).clamp(min=1)) + 1 + elias_gamma_bits(level.clamp(min=1))
+    return torch.where(nz, per, 0).sum(dim=1)
+
+
+@dataclass(frozen=True)
+class _Dithering(Compressor):
+    """Shared machinery: ``C(x) = ||x||_p sign(x) * grid[level]``, ``level`` random and unbiased.
+
+    Subclasses define the grid (``_round``) and the constants. Encoding: the norm
+    (``float_bits``), and per entry the sign and the level: ``coding="fixed"`` spends
+    ``ceil(log2(2 s + 1))`` bits per entry (sign and level jointly); ``coding="elias"`` sends
+    only non-zero entries, each as Elias-gamma(gap) + sign + Elias-gamma(level), a
+    variable-size payload whose bits are counted from the levels actually drawn.
+    """
+
+    unbiased: ClassVar[bool] = True
+    preserves_zero: ClassVar[bool] = True
+
+    coding: str = "fixed"
+    float_bits: int = 32
+
+    def _check_common(self) -> None:
+        check_float_bits(self.float_bits)
+        if self.coding not in ("fixed", "elias"):
+            raise ValueError(f"coding must be fixed or elias, got coding={self.coding!r}")
+
+    @property
+    def fixed_size(self) -> bool:  # type: ignore[override]
+        return self.coding == "fixed"
+
+    # subclass interface -------------------------------------------------
+    @property
+    def s(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def p(self) -> float:
+        raise NotImplementedError
+
+    def _round(self, r: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+        """Random level index in ``0..s`` for ``r in [0, 1]``, unbiased for ``grid``."""
+        raise NotImplementedError
+
+    def _grid(self, level: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        raise NotImplementedError
+
+    # bits -----------------------------------------------------------------
+    def bits(self, d: int) -> int:
+        if self.coding != "fixed":
+            return super().bits(d)
+        return self.float_bits + d * math.ceil(math.log2(2 * self.s + 1))
+
+    def expected_bits(self, d: int) -> float | None:
+        return float(self.bits(d)) if self.coding == "fixed" else None
+
+    def max_bits(self, d: int) -> int:
+        if self.coding == "fixed":
+            return self.bits(d)
+        gamma_s = 2 * int(math.floor(math.log2(self.s))) + 1
+        return self.float_bits + d * (1 + 1 + gamma_s)
+
+    @classmethod
+    def examples(cls) -> list[Compressor]:
+        return [cls(), cls(coding="elias")]
+
+    # the operator -----------------------------------------------------------
+    def _encode(self, x_i: torch.Tensor, rng: Streams) -> Packet:
+        m, d = x_i.shape
+        x = x_i.to(work_dtype(x_i.dtype))
+        a = x.abs()
+        norm = a.amax(dim=1) if self.p == math.inf else torch.linalg.vector_norm(x, dim=1)
+        r = a / torch.where(norm > 0, norm, 1.0)[:, None]
+        level = self._round(r.clamp(max=1.0), rng.uniform(d, dtype=x.dtype))
+        if self.coding == "fixed":
+            nbits = self.bits(d)
+        else:
+            nbits = self.float_bits + elias_payload_bits(level)
+        small = torch.uint8 if self.s < 256 else torch.int32
+        return self._packet(
+            x_i,
+            nbits,
+            {"norm", "signs", "levels"},
+            norm=norm,
+            signs=x < 0,
+            levels=level.to(small),
+        )
+
+    def _decode(self, packet: Packet) -> torch.Tensor:
+        f = packet.fields
+        mag = f["norm"][:, None] * self._grid(f["levels"].to(torch.int64), f["norm"].dtype)
+        return torch.where(f["signs"], -mag, mag)
+
+
+def norm_of(norm: str | int | float) -> float:
+    if str(norm) in ("2", "2.0"):
+        return 2.0
+    if str(norm) == "inf":
+        return math.inf
+    raise ValueError(f"norm must be 2 or inf, got norm={norm!r}")
+
+
+@dataclass(frozen=True)
+class QSGD(_Dithering):
+    """Random (standard) dithering with ``s`` uniform levels; QSGD for ``norm=2``.
+
+    ``C(x) = ||x||_p sign(x) xi / s`` with ``xi_j = l`` or ``l + 1``,
+    ``l = floor(s |x_j|/||x||_p)``, rounding up with probability ``s |x_j|/||x||_p - l``
+    (Alistarh, Grubic, Li, Tomioka & Vojnovic 2017, arXiv 1610.02132, Sec. 3.1; general ``p``:
+    Horváth et al. 2019, arXiv 1905.10988).
+
+    Class: unbiased. Per entry the variance is ``||x||_p^2 (y - l)(l + 1 - y) / s^2`` with
+    ``y = s |x_j|/||x||_p``, at most ``||x||_p^2 min(1/4, y) / s^2``; summing,
+    ``omega = min(d / (4 s^2), sqrt(d) / s)`` for ``p = 2`` (QSGD's Lemma 3.1 states the looser
+    ``min(d/s^2, sqrt(d)/s)``) and ``min((d - 1) / (4 s^2), sqrt(d) / s)`` for ``p = inf``
+    (the largest entry is sent exactly). For ``p = inf`` and ``s = 1`` (TernGrad) the exact
+    supremum ``(sqrt(d) - 1) / 2`` is declared.
+
+    Bits: ``float_bits + d * ceil(log2(2 s + 1))`` (``coding="fixed"``), or QSGD's Elias code of
+    the non-zeros (``coding="elias"``, counted from the payload).
+
+    Args:
+        levels: ``s >= 1``, the number of non-zero levels.
+        norm: ``2`` (QSGD) or ``inf``.
+        coding: ``fixed`` | ``elias``.
+        float_bits: wire width of the norm.
+    """
+
+    levels: int = 4
+    norm: str = "2"
+
+    def __post_init__(self) -> None:
+        self._check_common()
+        if not isinstance(self.levels, int) or self.levels < 1:
+            raise ValueError(f"levels must be an integer >= 1, got levels={self.levels!r}")
+        object.__setattr__(self, "norm", "inf" if norm_of(self.norm) == math.inf else "2")
+
+    @property
+    def s(self) -> int:
+        return self.levels
+
+    @property
+    def p(self) -> float:
+        return norm_of(self.norm)
+
+    def omega(self, d: int) -> float:
+        s = self.s
+        if self.p == math.inf:
+            if s == 1:
+                return (math.sqrt(d) - 1.0) / 2.0
+            return min((d - 1) / (4.0 * s * s), math.sqrt(d) / s)
+        return min(d / (4.0 * s * s), math.sqrt(d) / s)
+
+    def worst_case(self, d: int) -> torch.Tensor | None:
+        if self.p == math.inf and self.s == 1:
+            x = torch.full((d,), 1.0 / (math.sqrt(d) + 1.0), dtype=torch.float64)
+            x[0] = 1.0
+            return x
+        return None
+
+    @classmethod
+    def examples(cls) -> list[Compressor]:
+        return [cls(), cls(levels=1), cls(levels=3, norm="inf"), cls(levels=16, coding="elias")]
+
+    def _round(self, r: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+        y = r * self.s
+        low = y.floor()
+        return (low + (u < y - low).to(y.dtype)).to(torch.int64)
+
+    def _grid(self, level: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        return level.to(dtype) / self.s

@@ -1,0 +1,72 @@
+"""Natural compression: random rounding to a neighbouring power of two."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from compressors.base import Compressor, Packet, work_dtype
+from streams import Streams
+
+# Exponent bits of the IEEE formats by total width: natural compression sends sign + exponent.
+EXPONENT_BITS = {16: 5, 32: 8, 64: 11}
+
+
+def round_to_power_of_two(a: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Unbiased random rounding of ``a >= 0`` to ``2^e`` or ``2^(e+1)``, ``2^e <= a < 2^(e+1)``.
+
+    Rounds down with probability ``(2^(e+1) - a) / 2^e``, using uniforms ``u``; zero stays zero.
+    """
+    mant, exp = torch.frexp(a)  # a = mant * 2^exp, mant in [0.5, 1)
+    low = torch.ldexp(torch.ones_like(a), exp - 1)
+    down = u < 2.0 - 2.0 * mant
+    return torch.where(a > 0, torch.where(down, low, 2.0 * low), 0.0)
+
+
+@dataclass(frozen=True)
+class Natural(Compressor):
+    """Natural compression C_nat (Horváth, Ho, Horváth, Sahu, Canini & Richtárik 2019,
+    arXiv 1905.10988, Sec. 3, eq. (5)).
+
+    Each entry ``t != 0`` with ``2^a <= |t| < 2^(a+1)`` becomes ``sign(t) 2^a`` with probability
+    ``(2^(a+1) - |t|) / 2^a`` and ``sign(t) 2^(a+1)`` otherwise; zero stays zero.
+
+    Class: unbiased, ``omega = 1/8``, attained when every ``|t| = (4/3) 2^a`` (Theorem 1).
+
+    Bits: per entry the sign and the exponent of the float format, no mantissa:
+    ``d * (1 + 8)`` bits for ``float_bits = 32`` (``1 + 5`` for 16, ``1 + 11`` for 64).
+
+    Args:
+        float_bits: the float format whose exponent is sent (16, 32 or 64).
+    """
+
+    unbiased: ClassVar[bool] = True
+
+    float_bits: int = 32
+
+    def __post_init__(self) -> None:
+        if self.float_bits not in EXPONENT_BITS:
+            raise ValueError(f"float_bits must be 16, 32 or 64, got float_bits={self.float_bits!r}")
+
+    def omega(self, d: int) -> float:
+        return 1.0 / 8.0
+
+    def bits(self, d: int) -> int:
+        return d * (1 + EXPONENT_BITS[self.float_bits])
+
+    def worst_case(self, d: int) -> torch.Tensor:
+        signs = torch.where(torch.arange(d) % 2 == 0, 1.0, -1.0).double()
+        return signs * (4.0 / 3.0) * torch.pow(2.0, torch.arange(d).double() % 7 - 3)
+
+    def _encode(self, x_i: torch.Tensor, rng: Streams) -> Packet:
+        m, d = x_i.shape
+        w = work_dtype(x_i.dtype)
+        x = x_i.to(w)
+        mag = round_to_power_of_two(x.abs(), rng.uniform(d, dtype=w))
+        return self._packet(x_i, self.bits(d), {"signs", "magnitudes"}, signs=x < 0, magnitudes=mag)
+
+    def _decode(self, packet: Packet) -> torch.Tensor:
+        f = packet.fields
+        return torch.where(f["signs"], -f["magnitudes"], f["magnitudes"])

@@ -1,0 +1,127 @@
+"""Perm-K: correlated sparsification, node i keeps block i of a shared random permutation."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from compressors.base import Compressor, Packet, check_float_bits
+from streams import Streams
+
+
+@dataclass(frozen=True)
+class PermK(Compressor):
+    """Perm-K (Szlendak, Tyurin & Richtárik 2021, arXiv 2110.03300, Def. 2 and Sec. 5).
+
+    All ``n`` nodes draw one random permutation ``pi`` of ``range(d)`` from the shared stream.
+    For ``d >= n`` node ``i`` keeps the coordinates ``pi(j)`` of its block and sends
+    ``n * x_pi(j)``; for ``d < n`` (``n`` a multiple of ``d``) node ``i`` keeps ``pi(i mod d)``
+    and sends ``d * x_pi(i mod d)``. If ``n`` divides ``d`` the blocks are the paper's
+    contiguous ``[i d/n, (i+1) d/n)``. Otherwise node ``i`` keeps the positions
+    ``j = (i - r) mod n, +n, +2n, ...`` with ``r`` a shared uniform shift, so every coordinate
+    belongs to node ``i`` with probability exactly ``1/n`` (a generalisation: without the shift
+    the unequal blocks would break unbiasedness).
+
+    Class: each ``C_i`` is unbiased with ``omega = n - 1`` (``d - 1`` when ``d < n``), exact for
+    every ``x``. Jointly, with identical inputs, ``(1/n) sum_i C_i(x) = x`` and the messages are
+    pairwise orthogonal (the AB-inequality with A = B = 1). This joint behaviour needs
+    ``shared_randomness``: every node must be given the same key.
+
+    Bits: ``float_bits * |block_i|`` (``ceil`` or ``floor`` of ``d/n``; 1 value for ``d < n``);
+    the support is regenerated from the shared seed.
+
+    Args:
+        n: the number of nodes (bound by the runner; required before use).
+        float_bits: wire width of one value.
+    """
+
+    unbiased: ClassVar[bool] = True
+    scaled_projection: ClassVar[bool] = True
+    shared_randomness: ClassVar[bool] = True
+    needs_node_count: ClassVar[bool] = True
+    linear: ClassVar[bool] = True
+    fixed_size: ClassVar[bool] = False
+
+    n: int | None = None
+    float_bits: int = 32
+
+    def __post_init__(self) -> None:
+        check_float_bits(self.float_bits)
+        if self.n is not None and (not isinstance(self.n, int) or self.n < 1):
+            raise ValueError(f"n must be a positive integer (the node count), got n={self.n!r}")
+
+    def bind(self, n: int) -> PermK:
+        if self.n is not None and self.n != n:
+            raise ValueError(f"permk was given n={self.n} but the run has n={n} nodes")
+        return dataclasses.replace(self, n=n)
+
+    def _n(self) -> int:
+        if self.n is None:
+            raise ValueError("permk needs the node count n: give permk:n=N or bind(n)")
+        return self.n
+
+    def _check_d(self, d: int) -> None:
+        n = self._n()
+        if d < n and n % d != 0:
+            raise ValueError(f"permk with d < n needs n to be a multiple of d, got d={d}, n={n}")
+
+    def omega(self, d: int) -> float:
+        self._check_d(d)
+        return float(min(self._n(), d) - 1)
+
+    def support(self, d: int) -> int:
+        return -(-d // self._n())
+
+    def expected_bits(self, d: int) -> float:
+        self._check_d(d)
+        return self.float_bits * max(d / self._n(), 1.0)
+
+    def max_bits(self, d: int) -> int:
+        return self.float_bits * -(-d // self._n())
+
+    def worst_case(self, d: int) -> torch.Tensor:
+        return torch.ones(d, dtype=torch.float64)
+
+    @classmethod
+    def examples(cls) -> list[Compressor]:
+        return [cls(n=4), cls(n=3), cls(n=1)]
+
+    def _positions(self, d: int, rng: Streams) -> tuple[torch.Tensor, torch.Tensor]:
+        """Positions in ``pi`` of each row's block ``(m, b)``, and which of them are real."""
+        n, dev = self._n(), rng.device
+        node = rng.nodes
+        if node.numel() and (int(node.min()) < 0 or int(node.max()) >= n):
+            raise ValueError(f"node ids must be in [0, {n}), got {node.tolist()}")
+        if d < n:
+            return (node % d)[:, None], torch.ones(node.numel(), 1, dtype=torch.bool, device=dev)
+        b = -(-d // n)
+        t = torch.arange(b, device=dev)
+        if d % n == 0:
+            return node[:, None] * b + t, torch.ones(node.numel(), b, dtype=torch.bool, device=dev)
+        r = rng.split(0x5EED).integers(n)
+        pos = (node - r) % n
+        pos = pos[:, None] + n * t
+        return pos.clamp(max=d - 1), pos < d
+
+    def _encode(self, x_i: torch.Tensor, rng: Streams) -> Packet:
+        m, d = x_i.shape
+        self._check_d(d)
+        if m > 1 and bool((rng.keys == rng.keys[0]).all()):
+            perm = rng[:1].permutation(d).expand(m, d)  # one shared permutation, drawn once
+        else:
+            perm = rng.permutation(d)
+        pos, real = self._positions(d, rng)
+        idx = torch.gather(perm, 1, pos)
+        values = torch.where(real, torch.gather(x_i, 1, idx), 0.0)
+        nbits = self.float_bits * real.sum(dim=1)
+        scale = float(min(self._n(), d))
+        return self._packet(x_i, nbits, {"values"}, {"scale": scale}, values=values, indices=idx)
+
+    def _decode(self, packet: Packet) -> torch.Tensor:
+        f = packet.fields
+        out = torch.zeros(packet.m, packet.d, dtype=f["values"].dtype, device=f["values"].device)
+        # Padding entries carry value 0 at a clamped index: scatter_add leaves real ones intact.
+        return out.scatter_add_(1, f["indices"], f["values"] * packet.meta["scale"])

@@ -1,0 +1,88 @@
+"""Rank-r: one power-iteration step on the vector viewed as a near-square matrix (PowerSGD)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from compressors.base import Compressor, Packet, check_float_bits, work_dtype
+from streams import Streams
+
+
+def matrix_shape(d: int) -> tuple[int, int]:
+    """The near-square ``(m1, m2)``, ``m1 >= m2``, ``m1 * m2 >= d`` that a row is viewed as."""
+    m1 = math.isqrt(d - 1) + 1 if d > 1 else 1
+    return m1, -(-d // m1)
+
+
+@dataclass(frozen=True)
+class RankR(Compressor):
+    """Rank-r compression by one power step (Vogels, Karimireddy & Jaggi 2019, PowerSGD,
+    arXiv 1905.13727, Alg. 1, per node and without warm start).
+
+    The row is zero-padded to ``m1 * m2`` entries and read as ``M`` (``m1 x m2``, near square,
+    ``m1 >= m2``). With a fresh Gaussian query ``Q`` (``m2 x r``) from the row's stream:
+    ``P = orth(M Q)``, ``R = M^T P``, output ``P R^T = P P^T M``, unpadded.
+
+    Class: contractive (biased), ``delta = r / m2``. The output is an orthogonal projection of
+    ``M`` onto a space containing ``M Q``, so ``||P P^T M||^2 >= ||M Pi_Q||^2`` with ``Pi_Q`` the
+    projection onto ``range(Q)``, and ``E Pi_Q = (r/m2) I`` for a Gaussian ``Q``. Equality when all
+    singular values of ``M`` are equal (e.g. ``M`` the identity). ``r >= m2`` is exact. Cutting
+    the padding off only lowers the error, but the output is then no longer an orthogonal
+    projection of ``x``, so ``projection`` is not declared.
+
+    Bits: ``float_bits * r * (m1 + m2)`` (the factors ``P`` and ``R``).
+
+    Args:
+        r: the rank, ``r >= 1``.
+        float_bits: wire width of one factor entry.
+    """
+
+    contractive: ClassVar[bool] = True
+
+    r: int = 1
+    float_bits: int = 32
+
+    def __post_init__(self) -> None:
+        check_float_bits(self.float_bits)
+        if not isinstance(self.r, int) or self.r < 1:
+            raise ValueError(f"r (the rank) must be an integer >= 1, got r={self.r!r}")
+
+    def _r(self, d: int) -> int:
+        return min(self.r, matrix_shape(d)[1])
+
+    def delta(self, d: int) -> float:
+        return self._r(d) / matrix_shape(d)[1]
+
+    def bits(self, d: int) -> int:
+        m1, m2 = matrix_shape(d)
+        return self.float_bits * self._r(d) * (m1 + m2)
+
+    def worst_case(self, d: int) -> torch.Tensor | None:
+        m1, m2 = matrix_shape(d)
+        if m1 != m2 or m1 * m2 != d:
+            return None
+        return torch.eye(m1, dtype=torch.float64).reshape(-1)
+
+    @classmethod
+    def examples(cls) -> list[Compressor]:
+        return [cls(), cls(r=2), cls(r=4)]
+
+    def _encode(self, x_i: torch.Tensor, rng: Streams) -> Packet:
+        m, d = x_i.shape
+        m1, m2 = matrix_shape(d)
+        r = self._r(d)
+        w = work_dtype(x_i.dtype)
+        mat = torch.nn.functional.pad(x_i.to(w), (0, m1 * m2 - d)).reshape(m, m1, m2)
+        q = rng.normal(m2, r, dtype=w)
+        p = torch.linalg.qr(torch.bmm(mat, q)).Q
+        rt = torch.bmm(mat.transpose(1, 2), p)
+        return self._packet(x_i, self.bits(d), {"P", "R"}, P=p, R=rt)
+
+    def _decode(self, packet: Packet) -> torch.Tensor:
+        f = packet.fields
+        out = torch.bmm(f["P"], f["R"].transpose(1, 2))
+        return out.reshape(packet.m, -1)[:, : packet.d]

@@ -1,0 +1,58 @@
+"""Scaled sign: the sign vector times the mean magnitude (EF-signSGD)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from compressors.base import Compressor, Packet, check_float_bits, work_dtype
+from streams import Streams
+
+
+@dataclass(frozen=True)
+class ScaledSign(Compressor):
+    """Scaled sign (Karimireddy, Rebjock, Stich & Jaggi 2019, arXiv 1901.09847, Sec. 3).
+
+    ``C(x) = (||x||_1 / d) sign(x)`` with ``sign(0) := +1`` (the 1-bit code has no zero).
+
+    Class: contractive and deterministic: ``||C(x) - x||^2 = ||x||^2 - ||x||_1^2 / d``, so the
+    contraction is ``||x||_1^2 / (d ||x||^2) >= 1/d``; ``delta = 1/d``, attained at ``e_1``.
+
+    Bits: ``d + float_bits`` (one bit per sign, the scale as one float).
+
+    Args:
+        float_bits: wire width of the scale.
+    """
+
+    contractive: ClassVar[bool] = True
+    deterministic: ClassVar[bool] = True
+
+    float_bits: int = 32
+
+    def __post_init__(self) -> None:
+        check_float_bits(self.float_bits)
+
+    def delta(self, d: int) -> float:
+        return 1.0 / d
+
+    def bits(self, d: int) -> int:
+        return d + self.float_bits
+
+    def worst_case(self, d: int) -> torch.Tensor:
+        x = torch.zeros(d, dtype=torch.float64)
+        x[0] = 1.0
+        return x
+
+    def _encode(self, x_i: torch.Tensor, rng: Streams) -> Packet:
+        x = x_i.to(work_dtype(x_i.dtype))
+        scale = x.abs().sum(dim=1) / x.shape[1]
+        return self._packet(
+            x_i, self.bits(x.shape[1]), {"scale", "signs"}, scale=scale, signs=x < 0
+        )
+
+    def _decode(self, packet: Packet) -> torch.Tensor:
+        f = packet.fields
+        scale = f["scale"][:, None].expand(-1, packet.d)
+        return torch.where(f["signs"], -scale, scale)

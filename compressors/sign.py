@@ -1,0 +1,39 @@
+"""Plain sign: one bit per coordinate, no scale (signSGD)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from compressors.base import Compressor, Packet
+from streams import Streams
+
+
+@dataclass(frozen=True)
+class Sign(Compressor):
+    """Plain sign (Bernstein, Wang, Azizzadenesheli & Anandkumar 2018, arXiv 1802.04434).
+
+    ``C(x) = sign(x)`` with ``sign(0) := +1``: the 1-bit code has no zero, so ``C(0)`` is the
+    all-ones vector (``preserves_zero = False``).
+
+    Class: neither unbiased nor contractive: ``C`` is not scale-equivariant (``C(x)`` has norm
+    ``sqrt(d)`` whatever ``||x||``), so no ``omega`` or ``delta`` holds for all ``x``. Methods
+    with guarantees need ``scaled-sign``; this one exists for signSGD-style heuristics.
+
+    Bits: ``d``.
+    """
+
+    deterministic: ClassVar[bool] = True
+    preserves_zero: ClassVar[bool] = False
+
+    def bits(self, d: int) -> int:
+        return d
+
+    def _encode(self, x_i: torch.Tensor, rng: Streams) -> Packet:
+        return self._packet(x_i, self.bits(x_i.shape[1]), {"signs"}, signs=x_i < 0)
+
+    def _decode(self, packet: Packet) -> torch.Tensor:
+        signs = packet.fields["signs"]
+        return torch.where(signs, -1.0, 1.0).to(packet.dtype)

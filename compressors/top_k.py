@@ -1,0 +1,109 @@
+"""Top-K: keep the K largest-magnitude coordinates (deterministic, biased)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from compressors.base import (
+    Compressor,
+    Packet,
+    check_float_bits,
+    check_k_ratio,
+    resolve_k,
+    scatter_rows,
+)
+from compressors.rand_k import index_bits
+from streams import Streams
+
+
+def top_k_indices(a: torch.Tensor, k: int) -> torch.Tensor:
+    """Column indices of the ``k`` largest entries of each row of ``a >= 0``, sorted ascending.
+
+    Ties at the threshold go to the lower index, on every device: ``torch.topk`` alone leaves
+    the order of equal values unspecified, and binary data (mushrooms) produces exact ties.
+    """
+    m, d = a.shape
+    tau = torch.topk(a, k, dim=1, sorted=False).values.min(dim=1, keepdim=True).values
+    above = a > tau
+    at = a == tau
+    room = k - above.sum(dim=1, keepdim=True)
+    keep = above | (at & (torch.cumsum(at, dim=1) <= room))
+    return keep.nonzero()[:, 1].reshape(m, k)
+
+
+@dataclass(frozen=True)
+class TopK(Compressor):
+    """Top-K sparsification (greedy), ties broken toward the lower index.
+
+    Keep the ``k`` coordinates of largest ``|x_j|``, send their values and indices.
+    Alistarh et al. 2018 (arXiv 1809.10505); Stich et al. 2018 (arXiv 1809.07599); the
+    compressor of the EF21 experiments (Richtárik et al. 2021, arXiv 2106.05203).
+
+    Class: contractive, ``delta = k/d``, deterministic: ``||C(x) - x||^2 <= (1 - k/d)||x||^2``,
+    with equality when all ``|x_j|`` are equal.
+
+    Bits: ``float_bits * k`` plus the support, ``k * ceil(log2 d)`` (``index="list"``),
+    ``d`` (``"bitmap"``) or the smaller of the two (``"auto"``).
+
+    Args:
+        k: coordinates kept (``1 <= k <= d``); or ``ratio`` (default ``0.01``).
+        index: ``list`` | ``bitmap`` | ``auto``.
+        float_bits: wire width of one value.
+    """
+
+    contractive: ClassVar[bool] = True
+    deterministic: ClassVar[bool] = True
+    projection: ClassVar[bool] = True
+    sparsifier: ClassVar[bool] = True
+
+    k: int | None = None
+    ratio: float | None = None
+    index: str = "list"
+    float_bits: int = 32
+
+    def __post_init__(self) -> None:
+        check_k_ratio(self.k, self.ratio)
+        check_float_bits(self.float_bits)
+        if self.index not in ("list", "bitmap", "auto"):
+            raise ValueError(f"index must be one of list, bitmap, auto; got {self.index!r}")
+
+    def k_of(self, d: int) -> int:
+        return resolve_k(self.k, self.ratio, d, default_ratio=0.01)
+
+    def delta(self, d: int) -> float:
+        return self.k_of(d) / d
+
+    def support(self, d: int) -> int:
+        return self.k_of(d)
+
+    def bits(self, d: int) -> int:
+        k = self.k_of(d)
+        return self.float_bits * k + index_bits(self.index, k, d)
+
+    def worst_case(self, d: int) -> torch.Tensor:
+        return torch.ones(d, dtype=torch.float64)
+
+    @classmethod
+    def examples(cls) -> list[Compressor]:
+        return [cls(), cls(k=1), cls(ratio=0.25, index="auto")]
+
+    def _encode(self, x_i: torch.Tensor, rng: Streams) -> Packet:
+        d = x_i.shape[1]
+        idx = top_k_indices(x_i.abs(), self.k_of(d))
+        return self._packet(
+            x_i,
+            self.bits(d),
+            {"values", "indices"},
+            {"scale": 1.0},
+            values=torch.gather(x_i, 1, idx),
+            indices=idx,
+        )
+
+    def _decode(self, packet: Packet) -> torch.Tensor:
+        return scatter_rows(packet, packet.fields["indices"], packet.fields["values"])
+
+    def index_bits(self, d: int) -> int:
+        return self.bits(d) - self.float_bits * self.k_of(d)

@@ -1,0 +1,222 @@
+"""Per-node random streams, batched over rows.
+
+A node is a row, and node ``i``'s randomness must come from its own stream. Holding one
+``torch.Generator`` per node would force a Python loop over nodes at every draw, so a
+:class:`Streams` object holds one 64-bit *key* per row instead, and every draw is a pure
+function of (key, position): SplitMix64 (Steele, Lea & Flood, "Fast splittable pseudorandom
+number generators", OOPSLA 2014) applied to a per-row counter, vectorised over all rows and
+coordinates. Consequences:
+
+* row ``i`` of a batched draw depends on row ``i``'s key alone, so a simulated run holding all
+  ``n`` nodes and a distributed run holding node ``i`` on its own rank draw identical numbers;
+* a draw does not advance any state: the same ``Streams`` gives the same numbers, and
+  independent draws are taken from :meth:`Streams.split` with distinct tags;
+* shared randomness (PermK, RandK with a shared seed) is a ``Streams`` whose rows share a key.
+
+``torch.Generator`` objects are still accepted where a ``Streams`` is expected
+(:meth:`Streams.coerce`): one 62-bit key is drawn from each generator, so explicit per-node
+generators give reproducible, independent rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["Streams"]
+
+# SplitMix64 constants, written as signed int64 (torch has no uint64 arithmetic).
+_GOLDEN = 0x9E3779B97F4A7C15 - (1 << 64)
+_MIX1 = 0xBF58476D1CE4E5B9 - (1 << 64)
+_MIX2 = 0x94D049BB133111EB - (1 << 64)
+
+
+def _srl(z: torch.Tensor, s: int) -> torch.Tensor:
+    """Logical right shift of int64 (torch's ``>>`` is arithmetic)."""
+    return (z >> s) & ((1 << (64 - s)) - 1)
+
+
+def _mix(z: torch.Tensor) -> torch.Tensor:
+    """SplitMix64's finaliser; int64 multiplication wraps modulo 2**64 as uint64 would."""
+    z = (z ^ _srl(z, 30)) * _MIX1
+    z = (z ^ _srl(z, 27)) * _MIX2
+    return z ^ _srl(z, 31)
+
+
+def _as_int64(v: int) -> int:
+    v &= (1 << 64) - 1
+    return v - (1 << 64) if v >= 1 << 63 else v
+
+
+def _derive(keys: torch.Tensor, tag: torch.Tensor | int) -> torch.Tensor:
+    """A child key per row: a different, independent-looking stream for each (key, tag)."""
+    if isinstance(tag, int):
+        tag = torch.tensor(_as_int64(tag), dtype=torch.int64, device=keys.device)
+    return _mix(keys ^ _mix(tag * _GOLDEN + _GOLDEN))
+
+
+@dataclass(frozen=True, eq=False)
+class Streams:
+    """One independent random stream per row.
+
+    Attributes:
+        keys: int64 tensor ``(m,)``, one key per row; rows with equal keys draw equal numbers.
+        nodes: int64 tensor ``(m,)``, which node each row is (used by compressors such as PermK
+            whose output depends on the node's index).
+    """
+
+    keys: torch.Tensor
+    nodes: torch.Tensor
+
+    def __post_init__(self) -> None:
+        if self.keys.dtype != torch.int64 or self.keys.dim() != 1:
+            raise ValueError(
+                f"keys must be a 1-D int64 tensor, got {self.keys.dtype} "
+                f"of shape {tuple(self.keys.shape)}"
+            )
+        if self.nodes.shape != self.keys.shape:
+            raise ValueError(
+                f"nodes must have the shape of keys {tuple(self.keys.shape)}, "
+                f"got {tuple(self.nodes.shape)}"
+            )
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def for_nodes(
+        cls, seed: int, nodes: Sequence[int] | torch.Tensor, *tags: int, device=None
+    ) -> Streams:
+        """Private streams: row ``j`` is node ``nodes[j]``, keyed by ``(seed, *tags, node)``."""
+        nodes_t = torch.as_tensor(nodes, dtype=torch.int64, device=device).reshape(-1)
+        base = cls.shared(seed, 1, *tags, device=device).keys
+        return cls(_derive(base.expand_as(nodes_t), nodes_t), nodes_t)
+
+    @classmethod
+    def shared(
+        cls,
+        seed: int,
+        m: int,
+        *tags: int,
+        nodes: Sequence[int] | torch.Tensor | None = None,
+        device=None,
+    ) -> Streams:
+        """Shared randomness: ``m`` rows with one key from ``(seed, *tags)``.
+
+        ``nodes`` defaults to ``0..m-1``.
+        """
+        key = torch.tensor([_as_int64(seed)], dtype=torch.int64, device=device)
+        key = _mix(key + _GOLDEN)
+        for tag in tags:
+            key = _derive(key, tag)
+        if nodes is None:
+            nodes_t = torch.arange(m, dtype=torch.int64, device=device)
+        else:
+            nodes_t = torch.as_tensor(nodes, dtype=torch.int64, device=device).reshape(-1)
+            if nodes_t.numel() != m:
+                raise ValueError(f"nodes must name {m} rows, got {nodes_t.numel()}")
+        return cls(key.expand(m).clone(), nodes_t)
+
+    @classmethod
+    def coerce(
+        cls,
+        rng: Streams | torch.Generator | Sequence[torch.Generator] | int,
+        m: int,
+        device=None,
+    ) -> Streams:
+        """Accept what callers pass as ``rng`` and return a ``Streams`` of ``m`` rows.
+
+        * a ``Streams`` of ``m`` rows is returned as is (moved to ``device``);
+        * a sequence of ``m`` ``torch.Generator``: row ``j`` is keyed by one draw from the
+          ``j``-th generator (which advances it, as any use of a generator does);
+        * one ``torch.Generator``: one draw, then ``m`` independent rows derived from it;
+        * an ``int``: a seed, giving ``m`` independent rows (nodes ``0..m-1``).
+        """
+        if isinstance(rng, Streams):
+            if rng.keys.numel() != m:
+                raise ValueError(f"rng has {rng.keys.numel()} rows but the input has {m}")
+            return rng.to(device) if device is not None else rng
+        if isinstance(rng, int):
+            return cls.for_nodes(rng, range(m), device=device)
+        if isinstance(rng, torch.Generator):
+            return cls.for_nodes(_draw_key(rng), range(m), device=device)
+        gens = list(rng)
+        if len(gens) != m or not all(isinstance(g, torch.Generator) for g in gens):
+            raise ValueError(
+                f"rng must be Streams, a torch.Generator, a seed, or a sequence "
+                f"of {m} torch.Generator (one per row), got {type(rng).__name__}"
+            )
+        keys = torch.tensor([_draw_key(g) for g in gens], dtype=torch.int64, device=device)
+        return cls(_mix(keys + _GOLDEN), torch.arange(m, dtype=torch.int64, device=device))
+
+    # ------------------------------------------------------------------ derived streams
+    @property
+    def m(self) -> int:
+        return self.keys.numel()
+
+    @property
+    def device(self) -> torch.device:
+        return self.keys.device
+
+    def to(self, device) -> Streams:
+        return Streams(self.keys.to(device), self.nodes.to(device))
+
+    def split(self, tag: int) -> Streams:
+        """An independent child stream per row (same node ids); distinct tags, distinct draws."""
+        return Streams(_derive(self.keys, tag), self.nodes)
+
+    def __getitem__(self, rows) -> Streams:
+        return Streams(self.keys[rows].reshape(-1), self.nodes[rows].reshape(-1))
+
+    # ------------------------------------------------------------------ draws
+    def bits64(self, *shape: int) -> torch.Tensor:
+        """Raw 64-bit words, int64 of shape ``(m, *shape)``: element ``c`` of row ``j`` is
+        SplitMix64's ``c``-th output for key ``keys[j]``."""
+        count = 1
+        for s in shape:
+            count *= s
+        ctr = torch.arange(1, count + 1, dtype=torch.int64, device=self.device)
+        z = self.keys[:, None] + ctr[None, :] * _GOLDEN
+        return _mix(z).reshape(self.m, *shape)
+
+    def uniform(self, *shape: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+        """Uniform on [0, 1), shape ``(m, *shape)``; 53 random bits for float64, 24 otherwise."""
+        z = self.bits64(*shape)
+        if dtype == torch.float64:
+            return _srl(z, 11).to(torch.float64) * (2.0**-53)
+        u = _srl(z, 40).to(torch.float32) * (2.0**-24)
+        return u.to(dtype) if dtype != torch.float32 else u
+
+    def normal(self, *shape: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+        """Standard normal, shape ``(m, *shape)`` (Box-Muller on two split streams)."""
+        work = torch.float64 if dtype == torch.float64 else torch.float32
+        u1 = self.split(0x6E01).uniform(*shape, dtype=work)
+        u2 = self.split(0x6E02).uniform(*shape, dtype=work)
+        r = torch.sqrt(-2.0 * torch.log1p(-u1))  # 1 - u1 in (0, 1]: no log(0)
+        return (r * torch.cos((2.0 * torch.pi) * u2)).to(dtype)
+
+    def integers(self, high: int | torch.Tensor, *shape: int) -> torch.Tensor:
+        """Uniform integers in ``[0, high)``, int64 of shape ``(m, *shape)``.
+
+        ``high`` is an int or a tensor broadcastable to ``(m, *shape)`` (e.g. per-row sizes).
+        Uses the top 53 bits: the bias is below ``high / 2**53``.
+        """
+        u = self.uniform(*shape, dtype=torch.float64)
+        hi = torch.as_tensor(high, dtype=torch.float64, device=self.device)
+        return torch.minimum((u * hi).floor(), hi - 1).to(torch.int64)
+
+    def permutation(self, d: int) -> torch.Tensor:
+        """A uniformly random permutation of ``range(d)`` per row, int64 ``(m, d)``.
+
+        Sorting 64-bit random keys: ties have probability below ``d**2 / 2**64``.
+        """
+        return torch.argsort(self.bits64(d), dim=1)
+
+    def subset(self, d: int, k: int) -> torch.Tensor:
+        """A uniformly random ``k``-subset of ``range(d)`` per row, sorted, int64 ``(m, k)``."""
+        idx = torch.topk(self.bits64(d), k, dim=1, sorted=False).indices
+        return torch.sort(idx, dim=1).values
+
+
+def _draw_key(g: torch.Generator) -> int:
+    return int(torch.randint(0, 1 << 62, (1,), generator=g, device=g.device).item())

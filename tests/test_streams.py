@@ -1,0 +1,89 @@
+"""The per-node random streams: reproducible, row-independent, uniform."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from streams import Streams
+
+
+@given(
+    seed=st.integers(-(2**63), 2**63 - 1),
+    nodes=st.lists(st.integers(0, 10**6), min_size=1, max_size=8),
+)
+def test_a_row_depends_on_its_own_key_only(seed, nodes):
+    batch = Streams.for_nodes(seed, nodes, 3).uniform(17)
+    for j, node in enumerate(nodes):
+        alone = Streams.for_nodes(seed, [node], 3).uniform(17)
+        assert torch.equal(batch[j], alone[0])
+
+
+def test_draws_are_reproducible_and_splits_differ():
+    s = Streams.for_nodes(5, range(4))
+    assert torch.equal(s.uniform(100), s.uniform(100))
+    assert not torch.equal(s.split(1).uniform(100), s.split(2).uniform(100))
+    assert not torch.equal(s.uniform(100)[0], s.uniform(100)[1])
+    assert not torch.equal(
+        Streams.for_nodes(5, [0], 1).bits64(8), Streams.for_nodes(5, [0], 2).bits64(8)
+    )
+
+
+def test_shared_rows_draw_the_same_numbers():
+    s = Streams.shared(9, 5, 4)
+    u = s.uniform(50)
+    assert (u == u[0]).all()
+    assert s.nodes.tolist() == [0, 1, 2, 3, 4]
+
+
+def test_uniform_moments_and_range():
+    u = Streams.for_nodes(0, range(4)).uniform(100_000)
+    assert float(u.min()) >= 0 and float(u.max()) < 1
+    n = u.numel()
+    assert abs(float(u.mean()) - 0.5) < 5 * (1 / 12) ** 0.5 / n**0.5
+    assert abs(float(u.var()) - 1 / 12) < 5 * 0.0745 / n**0.5  # sd of (U - 1/2)^2 is 0.0745
+    # lag-1 correlation of the counter sequence
+    x = u[:, 1:] - 0.5
+    y = u[:, :-1] - 0.5
+    assert abs(float((x * y).mean()) * 12) < 5 / n**0.5
+    u32 = Streams.for_nodes(0, range(2)).uniform(10, dtype=torch.float32)
+    assert u32.dtype == torch.float32
+
+
+def test_normal_moments():
+    z = Streams.for_nodes(1, range(2)).normal(200_000)
+    n = z.numel()
+    assert abs(float(z.mean())) < 5 / n**0.5
+    assert abs(float(z.var()) - 1) < 5 * 2**0.5 / n**0.5
+    assert abs(float((z**4).mean()) - 3) < 5 * 96**0.5 / n**0.5
+
+
+def test_subsets_are_uniform_and_permutations_valid():
+    s = Streams.for_nodes(2, range(20000))
+    sub = s.subset(10, 3)
+    assert sub.shape == (20000, 3)
+    assert (sub[:, 1:] > sub[:, :-1]).all()  # sorted, no repeats
+    counts = torch.bincount(sub.flatten(), minlength=10).double()
+    expect = 20000 * 3 / 10
+    chi2 = float(((counts - expect) ** 2 / expect).sum())
+    assert chi2 < 33.7  # chi-square, 9 degrees of freedom, p = 1e-4
+    perm = Streams.for_nodes(3, range(5)).permutation(50)
+    assert torch.equal(perm.sort(dim=1).values, torch.arange(50).expand(5, 50))
+
+
+def test_integers_in_range_with_per_row_bounds():
+    s = Streams.for_nodes(4, range(3))
+    v = s.integers(torch.tensor([[1], [7], [1000]]), 5000)
+    assert (v >= 0).all() and (v[0] == 0).all() and v[1].max() == 6 and v[2].max() < 1000
+
+
+def test_coerce_accepts_generators_and_seeds():
+    gens = [torch.Generator().manual_seed(i) for i in range(3)]
+    a = Streams.coerce(gens, 3).uniform(4)
+    b = Streams.coerce([torch.Generator().manual_seed(i) for i in range(3)], 3).uniform(4)
+    assert torch.equal(a, b)
+    assert torch.equal(Streams.coerce(7, 2).keys, Streams.for_nodes(7, range(2)).keys)
+    with pytest.raises(ValueError, match="sequence of 3 torch.Generator"):
+        Streams.coerce([torch.Generator()], 3)

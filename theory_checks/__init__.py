@@ -1,0 +1,1 @@
+"""Constants, step sizes and predicted rates, checked against runs."""
