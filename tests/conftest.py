@@ -7,10 +7,20 @@ Markers (``slow``, ``gpu``, ``dist``) are declared in pyproject.toml and deselec
 
 import os
 import sys
+import tempfile
 
+import torch
 from hypothesis import HealthCheck, settings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+# Nothing the tests compute (f_star caches) lands in the user's home folder; subprocesses
+# inherit this.
+os.environ["COMPZOO_CACHE"] = tempfile.mkdtemp(prefix="compzoo-test-cache-")
+
+# The suite's problems are small: one intra-op thread is faster for them, and immune to the
+# thread-pool oversubscription that makes small ops 100x slower when the cores are shared.
+torch.set_num_threads(1)
 
 settings.register_profile(
     "ci",

@@ -1,0 +1,6 @@
+"""What is optimised: ``f = (1/n) sum_i f_i``, per-node gradients as rows, exact constants."""
+
+from problems.base import Batch, Consts, Problem
+from problems.registry import PROBLEMS, make_problem
+
+__all__ = ["Batch", "Consts", "Problem", "PROBLEMS", "make_problem"]

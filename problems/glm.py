@@ -1,0 +1,306 @@
+"""Generalised linear models on split data, batched over nodes.
+
+``f_i(x) = (1/m_i) sum_{j in node i} phi(a_j^T x, b_j) + R(x)``, ``f = (1/n) sum_i f_i``.
+
+Rows are stored sorted by node. For the held nodes the data is one block-sparse CSR matrix
+``B`` of shape ``(N_held, m d)`` whose row ``j`` holds ``a_j`` in the column block of its node,
+so that with ``X`` the ``(m, d)`` points, ``B @ vec(X)`` gives every margin ``a_j^T x_{node(j)}``
+and ``B^T @ u`` every node's gradient in one sparse product each, for any number of nodes and
+any (unequal) ``m_i``, sparse or dense data alike. Minibatches gather their rows from the CSR
+arrays and reduce with ``index_add_``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import warnings
+from typing import Any, ClassVar
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+
+from problems import glm_consts, solver
+from problems.base import Batch, Consts, Problem, _Lazy, parse_x0
+from problems.data import load_tabular
+from problems.linalg import single_threaded
+from problems.splits import split as split_rows
+from streams import Streams
+
+__all__ = ["GLM", "DATA_KNOBS"]
+
+log = logging.getLogger(__name__)
+
+DATA_KNOBS: dict[str, tuple[Any, str]] = {
+    "samples": (1000, "rows of the synthetic data set"),
+    "features": (50, "columns of the synthetic data set"),
+    "density": (0.2, "fraction of nonzero entries of the synthetic data set"),
+    "label_noise": (0.05, "probability of flipping a synthetic label"),
+    "scale": ("none", "feature scaling: none, standard, maxabs, rownorm"),
+}
+
+
+def _torch_csr(M: sp.csr_matrix, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "sparse CSR support is in beta"
+        return torch.sparse_csr_tensor(
+            torch.from_numpy(M.indptr.astype(np.int64)),
+            torch.from_numpy(M.indices.astype(np.int64)),
+            torch.from_numpy(M.data),
+            size=M.shape,
+            dtype=dtype,
+            device=device,
+        )
+
+
+class GLM(Problem):
+    """Base of ``logreg``, ``logreg-nonconvex`` and ``least-squares``.
+
+    Subclasses define ``phi``, ``dphi``, ``d2phi`` (the loss and its derivatives in the margin),
+    ``reg``, ``reg_grad``, ``reg_hess_diag``, and the curvature bounds ``PHI_CURV = sup phi''``
+    and ``REG_CURV = sup R'' / lam``.
+    """
+
+    PHI_CURV: ClassVar[float]
+    REG_CURV: ClassVar[float]
+    default_lam: ClassVar[float] = 0.1
+    knobs = DATA_KNOBS
+
+    def __init__(
+        self,
+        A: sp.spmatrix | np.ndarray,
+        b: np.ndarray,
+        counts: np.ndarray,
+        *,
+        lam: float,
+        dtype: torch.dtype = torch.float64,
+        device: torch.device | str = "cpu",
+        x0: str = "default",
+        seed: int = 0,
+    ) -> None:
+        """``A`` ``(N, d)`` and ``b`` ``(N,)`` hold the rows sorted by node; node ``i`` owns
+        ``counts[i]`` consecutive rows."""
+        if isinstance(lam, bool) or not isinstance(lam, int | float) or not math.isfinite(lam):
+            raise ValueError(f"{self.name}: lambda must be a finite number, got {lam!r}")
+        if lam < 0:
+            raise ValueError(f"{self.name}: lambda must be >= 0, got {lam}")
+        counts = np.asarray(counts, dtype=np.int64)
+        if counts.ndim != 1 or counts.size == 0 or (counts <= 0).any():
+            empty = np.flatnonzero(counts <= 0).tolist()
+            raise ValueError(f"{self.name}: every node needs samples; empty nodes {empty}")
+        self._A64 = sp.csr_matrix(A, dtype=np.float64)
+        self._A64.sum_duplicates()
+        self._b64 = np.asarray(b, dtype=np.float64).reshape(-1)
+        N, d = self._A64.shape
+        if self._b64.size != N or counts.sum() != N:
+            raise ValueError(
+                f"{self.name}: {N} rows, {self._b64.size} labels and {counts.sum()} "
+                "samples in the split do not agree"
+            )
+        self.lam = float(lam)
+        self._offsets64 = np.concatenate([[0], np.cumsum(counts)])
+        self._w64 = 1.0 / (counts.size * np.repeat(counts, counts))
+        self._solution = None
+        if self.convex:
+            self._solution = _Lazy(self._solve)
+        super().__init__(
+            counts.size,
+            d,
+            consts=self._compute_consts,
+            x0=parse_x0(x0, d, lambda: torch.zeros(d), seed),
+            dtype=dtype,
+            device=device,
+            x_star=self._x_star_fn if self.convex else None,
+        )
+        dev, dt = self.device, self.dtype
+        self.counts = torch.from_numpy(counts).to(dev)
+        self.offsets = torch.from_numpy(self._offsets64).to(dev)
+        self._A = _torch_csr(self._A64, dt, dev)
+        self._At = _torch_csr(self._A64.T.tocsr(), dt, dev)
+        self._crow, self._col = self._A.crow_indices(), self._A.col_indices()
+        self._val = self._A.values()
+        self._b = torch.from_numpy(self._b64).to(dev, dt)
+        self._w = torch.from_numpy(self._w64).to(dev, dt)
+        self._select()
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def build(
+        cls,
+        *,
+        dataset: str,
+        split: str,
+        nodes: int,
+        lam: float | None,
+        dtype: torch.dtype,
+        device: torch.device | str,
+        seed: int,
+        x0: str,
+        **knobs: Any,
+    ) -> GLM:
+        """Load ``dataset``, split it among ``nodes`` and build the problem."""
+        scale = knobs.pop("scale", "none")
+        ds = load_tabular(dataset, cls.name, seed=seed, scale=scale, **knobs)
+        b = cls.labels(ds)
+        order, counts = split_rows(split, b, nodes, seed=seed, problem=cls.name)
+        lam = cls.default_lam if lam is None else lam
+        return cls(
+            ds.X[order], b[order], counts, lam=lam, dtype=dtype, device=device, x0=x0, seed=seed
+        )
+
+    @classmethod
+    def labels(cls, ds) -> np.ndarray:
+        return ds.signed(cls.name)
+
+    def _select(self) -> None:
+        nodes = self.nodes.cpu().numpy()
+        starts, counts = self._offsets64[nodes], np.diff(self._offsets64)[nodes]
+        rows = np.concatenate([np.arange(s, s + c) for s, c in zip(starts, counts, strict=True)])
+        local = np.repeat(np.arange(nodes.size), counts)
+        sub = self._A64[rows]
+        nz_local = np.repeat(local, np.diff(sub.indptr))
+        cols = sub.indices.astype(np.int64) + self.d * nz_local
+        B = sp.csr_matrix((sub.data, cols, sub.indptr), shape=(rows.size, nodes.size * self.d))
+        dev, dt = self.device, self.dtype
+        self._B = _torch_csr(B, dt, dev)
+        self._Bt = _torch_csr(B.T.tocsr(), dt, dev)
+        self._bh = torch.from_numpy(self._b64[rows]).to(dev, dt)
+        self._local = torch.from_numpy(local).to(dev)
+        self._inv_m = (1.0 / torch.from_numpy(counts).to(dev, dt))[self._local]
+
+    # ------------------------------------------------------------------ maths
+    def _loss(self, x: torch.Tensor) -> torch.Tensor:
+        z = self._A @ x
+        return (self.phi(z, self._b) * self._w).sum() + self.reg(x[None], self.lam)[0]
+
+    def _full_grad(self, x: torch.Tensor) -> torch.Tensor:
+        u = self.dphi(self._A @ x, self._b) * self._w
+        return self._At @ u + self.reg_grad(x[None], self.lam)[0]
+
+    def _node_loss(self, X: torch.Tensor) -> torch.Tensor:
+        z = self._B @ X.reshape(-1)
+        per = self.phi(z, self._bh) * self._inv_m
+        out = torch.zeros(self.m, dtype=self.dtype, device=self.device)
+        return out.index_add_(0, self._local, per) + self.reg(X, self.lam)
+
+    def _grad(self, X: torch.Tensor) -> torch.Tensor:
+        u = self.dphi(self._B @ X.reshape(-1), self._bh) * self._inv_m
+        return (self._Bt @ u).reshape(self.m, self.d) + self.reg_grad(X, self.lam)
+
+    def _sample(self, streams: Streams, batch_size: int) -> Batch:
+        nodes = self.nodes
+        offs = streams.integers(self.counts[nodes][:, None], batch_size)
+        return Batch(nodes=nodes, size=batch_size, idx=self.offsets[nodes][:, None] + offs)
+
+    def _batch_grad(self, X: torch.Tensor, batch: Batch) -> torch.Tensor:
+        idx = batch.idx.reshape(-1)
+        starts = self._crow[idx]
+        lens = self._crow[idx + 1] - starts
+        k = idx.numel()
+        row = torch.repeat_interleave(torch.arange(k, device=self.device), lens)
+        first = torch.cumsum(lens, 0) - lens
+        pos = starts[row] + torch.arange(row.numel(), device=self.device) - first[row]
+        flat = (row // batch.size) * self.d + self._col[pos]
+        vals = self._val[pos]
+        z = torch.zeros(k, dtype=self.dtype, device=self.device)
+        z.index_add_(0, row, vals * X.reshape(-1)[flat])
+        u = self.dphi(z, self._b[idx]) / batch.size
+        G = torch.zeros(self.m * self.d, dtype=self.dtype, device=self.device)
+        G.index_add_(0, flat, vals * u[row])
+        return G.reshape(self.m, self.d) + self.reg_grad(X, self.lam)
+
+    # ------------------------------------------------------------------ constants
+    def _fun_grad64(self, x: np.ndarray) -> tuple[float, np.ndarray]:
+        z = torch.from_numpy(self._A64 @ x)
+        b = torch.from_numpy(self._b64)
+        xt = torch.from_numpy(x)[None]
+        f = float((self.phi(z, b).numpy() * self._w64).sum()) + float(self.reg(xt, self.lam)[0])
+        g = self._A64.T @ (self.dphi(z, b).numpy() * self._w64)
+        return f, g + self.reg_grad(xt, self.lam)[0].numpy()
+
+    def _hess64(self, x: np.ndarray) -> np.ndarray:
+        z = torch.from_numpy(self._A64 @ x)
+        D = self.d2phi(z, torch.from_numpy(self._b64)).numpy() * self._w64
+        H = np.asarray((self._A64.T @ sp.diags(D) @ self._A64).toarray())
+        return H + np.diag(self.reg_hess_diag(torch.from_numpy(x), self.lam).numpy())
+
+    def _solve(self) -> tuple[np.ndarray, float, float]:
+        key = solver.cache_key(
+            type(self).__name__,
+            self.lam,
+            self._offsets64,
+            self._A64.indptr,
+            self._A64.indices,
+            self._A64.data,
+            self._b64,
+        )
+        hess = self._hess64 if self.d <= 4096 else None
+
+        def compute() -> tuple[np.ndarray, float, float]:
+            with single_threaded():
+                return solver.solve(self._fun_grad64, hess, np.zeros(self.d))
+
+        return solver.cached_solve(key, compute)
+
+    def _solved(self) -> tuple[np.ndarray, float] | None:
+        """``(x*, f*)``, or None when no minimiser was found (e.g. separable data, ``lam = 0``)."""
+        x, f, gn = self._solution.get()
+        if not gn <= solver.ACCEPT_TOL:
+            log.warning("%s: no minimiser found (||grad f|| = %.3g); f_star unknown", self.name, gn)
+            return None
+        return x, f
+
+    def _x_star_fn(self) -> torch.Tensor | None:
+        sol = self._solved()
+        return None if sol is None else torch.from_numpy(sol[0])
+
+    def _node_grads64(self, x: np.ndarray) -> np.ndarray:
+        z = torch.from_numpy(self._A64 @ x)
+        dz = self.dphi(z, torch.from_numpy(self._b64)).numpy()
+        G = glm_consts.node_grads(self._A64, self._offsets64, dz)
+        return G + self.reg_grad(torch.from_numpy(x)[None], self.lam).numpy()
+
+    def _compute_consts(self) -> Consts:
+        with single_threaded():
+            return self._compute_consts_now()
+
+    def _compute_consts_now(self) -> Consts:
+        r = self.REG_CURV * self.lam
+        L_i, L = glm_consts.smoothness(self._A64, self._offsets64, self._w64, self.PHI_CURV, r)
+        extra: dict[str, float | None] = self._extra_consts()
+        sol = None if self._solution is None else self._solved()
+        if sol is not None:
+            x, extra["f_star"] = sol
+            extra["zeta2"] = float(np.mean(np.sum(self._node_grads64(x) ** 2, axis=1)))
+        return Consts.from_L_i(L_i, L=L, **extra)
+
+    def _extra_consts(self) -> dict[str, float | None]:
+        """``mu`` and ``L_pm`` where known (subclasses)."""
+        return {}
+
+    # ------------------------------------------------------------------ per-class maths
+    @staticmethod
+    def phi(z: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    @staticmethod
+    def dphi(z: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    @staticmethod
+    def d2phi(z: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    @staticmethod
+    def reg(X: torch.Tensor, lam: float) -> torch.Tensor:
+        """``(m,)`` regulariser of each row."""
+        return 0.5 * lam * (X * X).sum(1)
+
+    @staticmethod
+    def reg_grad(X: torch.Tensor, lam: float) -> torch.Tensor:
+        return lam * X
+
+    @staticmethod
+    def reg_hess_diag(x: torch.Tensor, lam: float) -> torch.Tensor:
+        return torch.full_like(x, lam)

@@ -1,0 +1,108 @@
+"""Problem registry and the factory the command line uses.
+
+``PROBLEMS`` maps each ``--problem`` name to its class; every class has a ``build`` classmethod
+taking the common options (``dataset``, ``split``, ``nodes``, ``lam``, ``dtype``, ``device``,
+``seed``, ``x0``) and its own ``knobs`` (a dict of name -> (default, help)).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from problems.base import Problem
+from problems.deep_nets import CNNProblem, MLPProblem, ResNet18Problem
+from problems.least_squares import LeastSquares
+from problems.logreg import LogReg
+from problems.logreg_nonconvex import LogRegNonconvex
+from problems.quadratic import Quadratic
+from problems.torch_model import TorchModel
+
+__all__ = ["PROBLEMS", "make_problem", "parse_dtype"]
+
+PROBLEMS: dict[str, type[Problem]] = {
+    "quadratic": Quadratic,
+    "logreg": LogReg,
+    "logreg-nonconvex": LogRegNonconvex,
+    "least-squares": LeastSquares,
+    "mlp": MLPProblem,
+    "cnn": CNNProblem,
+    "resnet18": ResNet18Problem,
+}
+
+_DTYPES = {
+    "float64": torch.float64,
+    "double": torch.float64,
+    "float32": torch.float32,
+    "float": torch.float32,
+}
+
+
+def parse_dtype(dtype: torch.dtype | str | None, name: str) -> torch.dtype:
+    """A torch dtype from ``float64``/``float32`` (None: float32 for deep nets, else float64)."""
+    if dtype is None:
+        return torch.float32 if issubclass(PROBLEMS[name], TorchModel) else torch.float64
+    if isinstance(dtype, torch.dtype) and dtype in (torch.float64, torch.float32):
+        return dtype
+    if isinstance(dtype, str) and dtype in _DTYPES:
+        return _DTYPES[dtype]
+    raise ValueError(f"dtype must be float64 or float32, got {dtype!r}")
+
+
+def make_problem(
+    name: str,
+    *,
+    dataset: str | None = None,
+    split: str = "contiguous",
+    nodes: int = 10,
+    lam: float | None = None,
+    dtype: torch.dtype | str | None = None,
+    device: torch.device | str = "cpu",
+    seed: int = 0,
+    x0: str = "default",
+    **knobs: Any,
+) -> Problem:
+    """Build the problem ``name`` of :data:`PROBLEMS`.
+
+    Args:
+        name: registry name (``--problem``).
+        dataset: ``--dataset`` (None: the problem's default, ``synthetic`` for GLMs, ``digits``
+            for ``mlp``/``cnn``, synthetic images for ``resnet18``).
+        split: ``contiguous``, ``iid``, ``sorted`` or ``dirichlet:ALPHA``.
+        nodes: number of nodes ``n``.
+        lam: ``--lambda`` (None: the problem's default).
+        dtype: float64 or float32 (None: float32 for deep nets, float64 otherwise).
+        device: where tensors live.
+        seed: seeds synthetic data, the ``iid``/``dirichlet`` splits and ``--x0 randn``.
+        x0: ``default``, ``zeros``, ``ones`` or ``randn[:SCALE]``.
+        **knobs: the problem's own knobs (``PROBLEMS[name].knobs``); None means default.
+    """
+    if name not in PROBLEMS:
+        raise ValueError(f"unknown problem {name!r}; allowed: {', '.join(PROBLEMS)}")
+    cls = PROBLEMS[name]
+    unknown = sorted(set(knobs) - set(cls.knobs))
+    if unknown:
+        raise ValueError(
+            f"{name}: unknown option(s) {unknown}; allowed: {', '.join(cls.knobs) or 'none'}"
+        )
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
+        raise ValueError(f"{name}: nodes must be a positive integer, got {nodes!r}")
+    if not isinstance(x0, str):
+        raise ValueError(f"x0 must be a string such as 'zeros' or 'randn', got {x0!r}")
+    given = {k: v for k, v in knobs.items() if v is not None}
+    if dataset is None and not issubclass(cls, (Quadratic, TorchModel)):
+        dataset = "synthetic"
+    return cls.build(
+        dataset=dataset,
+        split=split,
+        nodes=nodes,
+        lam=lam,
+        dtype=parse_dtype(dtype, name),
+        device=device,
+        seed=seed,
+        x0=x0,
+        **given,
+    )
