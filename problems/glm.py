@@ -30,6 +30,10 @@ from streams import Streams
 
 __all__ = ["GLM", "DATA_KNOBS"]
 
+# Above this fraction of non-zeros the data is also kept dense: dense BLAS kernels beat the
+# sparse ones (index overhead of several times) well before the data is full.
+DENSE_ABOVE = 0.25
+
 log = logging.getLogger(__name__)
 
 DATA_KNOBS: dict[str, tuple[Any, str]] = {
@@ -122,6 +126,8 @@ class GLM(Problem):
         self._val = self._A.values()
         self._b = torch.from_numpy(self._b64).to(dev, dt)
         self._w = torch.from_numpy(self._w64).to(dev, dt)
+        self.dense = self._A64.nnz > DENSE_ABOVE * N * d
+        self._Ad = torch.from_numpy(self._A64.toarray()).to(dev, dt) if self.dense else None
         self._select()
 
     # ------------------------------------------------------------------ construction
@@ -168,25 +174,54 @@ class GLM(Problem):
         self._bh = torch.from_numpy(self._b64[rows]).to(dev, dt)
         self._local = torch.from_numpy(local).to(dev)
         self._inv_m = (1.0 / torch.from_numpy(counts).to(dev, dt))[self._local]
+        # Dense data: the held rows as an (N_held, d) matrix, and as (m, c, d) when every held
+        # node has c rows, so margins and gradients are one gemv/bmm each.
+        self._Xh = self._X3 = self._XhT = None
+        if self.dense:
+            self._Xh = self._Ad[torch.from_numpy(rows).to(dev)]
+            # Also transposed: x @ X^T runs several times faster than X @ x on tall matrices.
+            self._XhT = self._Xh.T.contiguous()
+            if (counts == counts[0]).all():
+                self._X3 = self._Xh.view(nodes.size, int(counts[0]), self.d)
 
     # ------------------------------------------------------------------ maths
     def _loss(self, x: torch.Tensor) -> torch.Tensor:
-        z = self._A @ x
+        z = self._Ad @ x if self.dense else self._A @ x
         return (self.phi(z, self._b) * self._w).sum() + self.reg(x[None], self.lam)[0]
 
     def _full_grad(self, x: torch.Tensor) -> torch.Tensor:
+        if self.dense:
+            u = self.dphi(self._Ad @ x, self._b) * self._w
+            return u @ self._Ad + self.reg_grad(x[None], self.lam)[0]
         u = self.dphi(self._A @ x, self._b) * self._w
         return self._At @ u + self.reg_grad(x[None], self.lam)[0]
 
+    def _margins(self, X: torch.Tensor) -> torch.Tensor:
+        """``a_j^T x_{node(j)}`` for every held row ``j``."""
+        if self._Xh is None:
+            return self._B @ X.reshape(-1)
+        if X.shape[0] == 1 or X.stride(0) == 0:  # one point for every node: one gemv
+            return X[0] @ self._XhT
+        if self._X3 is not None:
+            return torch.bmm(self._X3, X.unsqueeze(2)).reshape(-1)
+        return (self._Xh * X[self._local]).sum(dim=1)
+
     def _node_loss(self, X: torch.Tensor) -> torch.Tensor:
-        z = self._B @ X.reshape(-1)
+        z = self._margins(X)
         per = self.phi(z, self._bh) * self._inv_m
         out = torch.zeros(self.m, dtype=self.dtype, device=self.device)
         return out.index_add_(0, self._local, per) + self.reg(X, self.lam)
 
     def _grad(self, X: torch.Tensor) -> torch.Tensor:
-        u = self.dphi(self._B @ X.reshape(-1), self._bh) * self._inv_m
-        return (self._Bt @ u).reshape(self.m, self.d) + self.reg_grad(X, self.lam)
+        u = self.dphi(self._margins(X), self._bh) * self._inv_m
+        if self._X3 is not None:
+            G = torch.bmm(u.view(self.m, 1, -1), self._X3).squeeze(1)
+        elif self._Xh is not None:
+            G = torch.zeros(self.m, self.d, dtype=self.dtype, device=self.device)
+            G.index_add_(0, self._local, self._Xh * u[:, None])
+        else:
+            G = (self._Bt @ u).reshape(self.m, self.d)
+        return G + self.reg_grad(X, self.lam)
 
     def _sample(self, streams: Streams, batch_size: int) -> Batch:
         nodes = self.nodes
@@ -278,6 +313,19 @@ class GLM(Problem):
     def _extra_consts(self) -> dict[str, float | None]:
         """``mu`` and ``L_pm`` where known (subclasses)."""
         return {}
+
+    def sample_smoothness(self) -> float:
+        """Mean-square per-sample smoothness ``calL = sqrt(mean_i calL_i^2)`` with
+        ``calL_i^2 = (1/m_i) sum_j L_ij^2`` and ``L_ij = PHI_CURV ||a_j||^2 + REG_CURV lam``, the
+        smoothness of the single-sample function ``f_ij`` (its Hessian is
+        ``phi'' a_j a_j^T + grad^2 R``). Then ``(1/m_i) sum_j ||grad f_ij(x) - grad f_ij(y)||^2
+        <= calL_i^2 ||x - y||^2``, the assumption of VR-MARINA (Gorbunov et al. 2021, arXiv
+        2102.07845, Assumption 3.2) and of DASHA-PAGE (Tyurin & Richtárik 2022, arXiv
+        2202.01268)."""
+        row_sq = np.asarray(self._A64.multiply(self._A64).sum(axis=1)).reshape(-1)
+        L_ij = self.PHI_CURV * row_sq + self.REG_CURV * self.lam
+        per_node = np.add.reduceat(L_ij**2, self._offsets64[:-1]) / np.diff(self._offsets64)
+        return float(np.sqrt(per_node.mean()))
 
     # ------------------------------------------------------------------ per-class maths
     @staticmethod

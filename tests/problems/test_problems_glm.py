@@ -327,3 +327,58 @@ def test_separable_data_without_regulariser_reaches_the_infimum():
     c = p.consts  # inf f = 0 is approached at infinity; f_star is it to solver accuracy
     assert c.mu is None and 0 <= c.f_star < 1e-10
     assert p.full_grad(p.x_star).norm() <= 1e-9
+
+
+@pytest.mark.parametrize("name", ["logreg", "logreg-nonconvex", "least-squares"])
+def test_sample_smoothness_bounds_every_single_sample_difference(name):
+    import torch
+
+    from problems.registry import make_problem
+
+    p = make_problem(name, nodes=4, lam=0.1, samples=60, features=6, seed=3)
+    calL = p.sample_smoothness()
+    assert calL >= p.consts.L_tilde * (1 - 1e-12)  # averaging samples only smooths
+    g = torch.Generator().manual_seed(0)
+    for _ in range(5):
+        x = torch.randn(p.d, generator=g, dtype=torch.float64)
+        y = x + 0.3 * torch.randn(p.d, generator=g, dtype=torch.float64)
+        size = int(p.counts.max())
+        idx = torch.stack([p.offsets[i] + torch.arange(size) % p.counts[i] for i in range(p.n)])
+        from problems.base import Batch
+
+        # one sample at a time: a batch of size 1 holding sample j of every node
+        sq = torch.zeros(p.n, dtype=torch.float64)
+        for j in range(size):
+            batch = Batch(nodes=p.nodes, size=1, idx=idx[:, j : j + 1])
+            diff = p.grad(x, batch) - p.grad(y, batch)
+            sq += (diff**2).sum(dim=1) / size
+        assert float(sq.mean()) <= calL**2 * float(((x - y) ** 2).sum()) * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("name", ["logreg", "logreg-nonconvex", "least-squares"])
+@pytest.mark.parametrize("split", ["contiguous", "dirichlet:0.5"])
+def test_dense_storage_agrees_with_the_sparse_one(name, split, monkeypatch):
+    """Dense data (density > DENSE_ABOVE) takes gemv/bmm paths; they must give the numbers of
+    the block-sparse path on the same data, for equal and unequal node sizes."""
+    import torch
+
+    from problems import glm
+    from problems.registry import make_problem
+
+    kw = dict(nodes=5, lam=0.1, samples=103, features=7, density=1.0, seed=4, split=split)
+    dense = make_problem(name, **kw)
+    monkeypatch.setattr(glm, "DENSE_ABOVE", 2.0)
+    sparse = make_problem(name, **kw)
+    assert dense.dense and not sparse.dense
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(dense.d, generator=g, dtype=torch.float64)
+    X = torch.randn(dense.n, dense.d, generator=g, dtype=torch.float64)
+    close = dict(rtol=1e-12, atol=1e-13)
+    torch.testing.assert_close(dense.grad(x), sparse.grad(x), **close)
+    torch.testing.assert_close(dense.grad(X), sparse.grad(X), **close)
+    torch.testing.assert_close(dense.node_loss(X), sparse.node_loss(X), **close)
+    torch.testing.assert_close(dense.loss(x), sparse.loss(x), **close)
+    torch.testing.assert_close(dense.full_grad(x), sparse.full_grad(x), **close)
+    torch.testing.assert_close(dense.full_grad(x), dense.grad(x).mean(dim=0), **close)
+    one = dense.local([3])
+    torch.testing.assert_close(one.grad(x), sparse.grad(x)[3:4], **close)

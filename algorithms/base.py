@@ -1,0 +1,220 @@
+"""The method interface: hyperparameters in a frozen object, ``init``/``step`` over a state of
+rows.
+
+A method is maths: ``step(state, problem, comm) -> (state, info)`` never mutates its input and
+never counts bits (the comm layer does, from the payloads). Per-node quantities are ``(m, d)``
+tensors (``m`` nodes held here), server quantities ``(d,)``.
+
+Each method also knows its theory: :meth:`Algorithm.configure` computes its step size and other
+parameters from the problem's constants and the compressor's ``omega``/``delta``, and returns the
+formula it used, so that ``config.json`` records where every number came from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+
+from algorithms.comm import Comm
+from compressors import Compressor
+
+__all__ = ["Algorithm", "Option", "State", "StepInfo", "Theory", "check_compressor"]
+
+
+@dataclass(frozen=True)
+class State:
+    """The iterate ``x`` (``(d,)``) and the step counter; methods extend it with their rows."""
+
+    x: torch.Tensor
+    t: int
+
+
+@dataclass(frozen=True)
+class StepInfo:
+    """What one step reports: this step's bits per node (mean over nodes, from the ledger) and
+    method-specific quantities (e.g. EF21's ``G^t``)."""
+
+    bits_up: float
+    bits_down: float
+    extras: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Option:
+    """A method hyperparameter settable from the command line (``--NAME VALUE``)."""
+
+    type: type
+    default: Any
+    help: str
+    choices: tuple | None = None
+    flag: str | None = None  # the command-line name when it differs from the field's
+
+
+@dataclass(frozen=True)
+class Theory:
+    """A step size (and parameters) computed from theory, with the formula and its inputs."""
+
+    gamma: float
+    formula: str
+    inputs: dict[str, Any]
+    params: dict[str, Any] = field(default_factory=dict)
+    source: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def check_compressor(name: str, needs: str, c: Compressor, d: int, force: bool) -> None:
+    """Refuse a compressor outside the class the method's theory needs (unless ``force``)."""
+    if force or needs == "any":
+        return
+    if needs == "unbiased" and not c.unbiased:
+        raise ValueError(
+            f"{name} needs an unbiased compressor (one declaring omega), got {c.spec()}; "
+            "use e.g. randk, qsgd, natural, permk, or pass --force-compressor"
+        )
+    if needs == "contractive":
+        if not c.contractive:
+            raise ValueError(
+                f"{name} needs a contractive compressor (one declaring delta), got {c.spec()}; "
+                "use e.g. topk, scaled-sign, rank, scaled:randk, or pass --force-compressor"
+            )
+        c.delta(d)  # raises with the compressor's own reason (k > d, no constant at this d)
+    elif needs == "unbiased":
+        c.omega(d)
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """Base of every method: hyperparameters only.
+
+    Class declarations:
+        needs: ``"unbiased"``, ``"contractive"`` or ``"any"``: the compressor class the theory
+            assumes (``contractive`` also accepts unbiased ones through ``delta = 1/(omega+1)``
+            only if the method's paper does; by default it needs ``delta`` declared).
+        stochastic: the method uses minibatches (``batch_size``).
+        options: CLI-settable hyperparameters beyond ``gamma`` and the compressor.
+        reports: names of the extras ``step`` returns (history.csv columns).
+    """
+
+    compressor: Compressor
+    gamma: float
+
+    needs: ClassVar[str] = "any"
+    stochastic: ClassVar[bool] = False
+    options: ClassVar[dict[str, Option]] = {}
+    reports: ClassVar[tuple[str, ...]] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.compressor, Compressor):
+            raise ValueError(f"compressor must be a Compressor, got {self.compressor!r}")
+        if not self.gamma > 0:
+            raise ValueError(f"gamma must be > 0, got {self.gamma}")
+
+    # ------------------------------------------------------------ theory
+    @classmethod
+    def theory(cls, problem, compressor: Compressor, opts: dict[str, Any]) -> Theory:
+        """The theoretical step size and parameters for this problem and compressor."""
+        raise NotImplementedError
+
+    @classmethod
+    def configure(
+        cls,
+        problem,
+        compressor: Compressor,
+        *,
+        step: str | float = "theory",
+        step_mult: float = 1.0,
+        force: bool = False,
+        **opts: Any,
+    ) -> tuple[Algorithm, dict[str, Any]]:
+        """Build the method for ``problem``: the step from theory (times ``step_mult``) or the
+        given float, the other parameters from theory unless given in ``opts``.
+
+        Returns the method and a record for ``config.json``.
+        """
+        compressor = compressor.bind(problem.n)
+        check_compressor(cls.__name__, cls.needs, compressor, problem.d, force)
+        unknown = set(opts) - set(cls.options)
+        if unknown:
+            raise ValueError(
+                f"{cls.__name__} takes no option {sorted(unknown)}; "
+                f"its options: {sorted(cls.options) or 'none'}"
+            )
+        full = {k: o.default for k, o in cls.options.items()}
+        full.update({k: v for k, v in opts.items() if v is not None})
+        record: dict[str, Any] = {}
+        if step == "theory":
+            th = cls.theory(problem, compressor, full)
+            for k, v in th.params.items():
+                if opts.get(k) is None:
+                    full[k] = v
+            gamma = th.gamma * step_mult
+            record.update(theory=th.to_dict(), gamma_theory=th.gamma)
+        else:
+            gamma = float(step) * step_mult
+            if not gamma > 0:
+                raise ValueError(f"step must be > 0, got {step} (times step-mult {step_mult})")
+            try:
+                th = cls.theory(problem, compressor, full)
+                for k, v in th.params.items():
+                    if opts.get(k) is None:
+                        full[k] = v
+                record.update(theory=th.to_dict(), gamma_theory=th.gamma)
+            except (ValueError, TypeError) as e:
+                record.update(theory=None, theory_unavailable=str(e))
+        record.update(gamma=gamma, step_mult=step_mult, params=dict(full))
+        algo = cls(compressor=compressor, gamma=gamma, **full)
+        return algo, record
+
+    # ------------------------------------------------------------ the method
+    def init(self, x0: torch.Tensor, problem, comm: Comm) -> State:
+        raise NotImplementedError
+
+    def step(self, state: State, problem, comm: Comm) -> tuple[State, StepInfo]:
+        """One round; bits are read off the comm ledger, never counted here."""
+        up0, down0 = comm.ledger.up.sum().item(), comm.ledger.down.sum().item()
+        new, extras = self._step(state, problem, comm)
+        comm.end_round()
+        m = comm.m
+        info = StepInfo(
+            bits_up=(comm.ledger.up.sum().item() - up0) / m,
+            bits_down=(comm.ledger.down.sum().item() - down0) / m,
+            extras=extras,
+        )
+        return new, info
+
+    def _step(self, state: State, problem, comm: Comm) -> tuple[State, dict[str, float]]:
+        raise NotImplementedError
+
+    def params(self) -> dict[str, Any]:
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["compressor"] = self.compressor.spec()
+        return out
+
+
+def grads(problem, x: torch.Tensor, batch=None) -> torch.Tensor:
+    """Every held node's gradient at the common point ``x``, ``(m, d)``."""
+    return problem.grad(x, batch)
+
+
+def initial_estimator(
+    init: str, g_i: torch.Tensor, compressor: Compressor, comm: Comm, t_rng: int = -1
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The shared ``--init full|compressed|zero`` choice for an estimator ``g_i^0`` of ``g_i``.
+
+    ``full``: ``g_i^0 = g_i`` sent uncompressed (charged); ``compressed``: ``C(g_i)`` (charged);
+    ``zero``: nothing sent. Returns ``(g_i^0, g^0 = mean_i g_i^0)``.
+    """
+    if init == "full":
+        return g_i, comm.reduce_full(g_i)
+    if init == "compressed":
+        packet = compressor.encode(g_i, comm.rng_for(compressor, t_rng))
+        c_i = compressor.decode(packet)
+        return c_i, comm.reduce_rows(c_i, packet.nbits)
+    if init == "zero":
+        return torch.zeros_like(g_i), torch.zeros_like(g_i[0])
+    raise ValueError(f"init must be full, compressed or zero, got {init!r}")

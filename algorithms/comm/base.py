@@ -1,0 +1,142 @@
+"""The comm interface (``Comm``) and its bit ledger (``Ledger``).
+
+Algorithms never count bits and never loop over nodes: they hand payloads to a ``Comm``, which
+averages over all nodes (the rows held here and, under torch.distributed, on other ranks) and
+charges each node for the bits of the payload it actually produced.
+
+The server is virtual: every process computes the server's update from the same reduced
+quantities, so the model is identical everywhere. A broadcast therefore moves no data; it only
+charges the downlink cost of what a real server would send.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from compressors import Compressor, Packet
+from streams import Streams
+
+# Stream tags: each use of randomness draws from its own family of streams.
+TAG_NODE = 0x4E0D
+TAG_SHARED = 0x5A4D
+TAG_SERVER = 0x5E2F
+
+
+@dataclass
+class Ledger:
+    """Cumulative bits per held node, uplink (node to server) and downlink (server to node)."""
+
+    up: torch.Tensor
+    down: torch.Tensor
+    rounds: int = 0
+    full_vectors_up: int = 0
+    extra: dict = field(default_factory=dict)
+
+    @classmethod
+    def zeros(cls, m: int) -> Ledger:
+        return cls(torch.zeros(m, dtype=torch.int64), torch.zeros(m, dtype=torch.int64))
+
+    def charge_up(self, nbits: torch.Tensor) -> None:
+        self.up += nbits.to(self.up.device, torch.int64)
+
+    def charge_down(self, nbits: torch.Tensor | int) -> None:
+        self.down += torch.as_tensor(nbits, dtype=torch.int64)
+
+
+class Comm:
+    """Averages rows over all nodes and charges their payloads (see module docstring).
+
+    Attributes:
+        n: total number of nodes.
+        nodes: int64 ``(m,)``, the nodes held by this process.
+        seed: the run's seed; node ``i``'s stream at step ``t`` is keyed by ``(seed, t, i)``.
+        float_bits: wire width of an uncompressed value (32, as the papers count).
+        ledger: the bits charged so far.
+    """
+
+    def __init__(self, n: int, nodes: torch.Tensor, seed: int, float_bits: int = 32) -> None:
+        if n < 1:
+            raise ValueError(f"n must be >= 1, got {n}")
+        if float_bits not in (16, 32, 64):
+            raise ValueError(f"float_bits must be 16, 32 or 64, got {float_bits}")
+        self.n = int(n)
+        self.nodes = torch.as_tensor(nodes, dtype=torch.int64).reshape(-1)
+        self.seed = int(seed)
+        self.float_bits = int(float_bits)
+        self.ledger = Ledger.zeros(self.m)
+
+    @property
+    def m(self) -> int:
+        return self.nodes.numel()
+
+    # ------------------------------------------------------------ randomness
+    def rng(self, t: int, shared: bool = False, tag: int = 0) -> Streams:
+        """Streams for the held rows at step ``t``: private, keyed by ``(seed, t, node)``, or
+        shared by all nodes, keyed by ``(seed, t)`` (``tag`` separates independent uses)."""
+        if shared:
+            return Streams.shared(self.seed, self.m, TAG_SHARED, tag, t, nodes=self.nodes)
+        return Streams.for_nodes(self.seed, self.nodes, TAG_NODE, tag, t)
+
+    def rng_for(self, compressor: Compressor, t: int, tag: int = 0) -> Streams:
+        """The streams ``compressor`` needs: shared when it declares shared randomness."""
+        return self.rng(t, shared=compressor.shared_randomness, tag=tag)
+
+    def coin(self, t: int, p: float, tag: int = 0) -> bool:
+        """A Bernoulli(p) coin shared by every node and the server (MARINA's ``c_k``)."""
+        if p >= 1.0:
+            return True
+        u = Streams.shared(self.seed, 1, TAG_SERVER, tag, t).uniform(1)
+        return bool(u[0, 0] < p)
+
+    def server_rng(self, t: int, tag: int = 0) -> Streams:
+        """One stream for the server's own draws (e.g. downlink compression), the same on every
+        process."""
+        return Streams.shared(self.seed, 1, TAG_SERVER, tag, t, nodes=[0])
+
+    # ------------------------------------------------------------ reductions
+    def reduce(
+        self, packet: Packet, compressor: Compressor, weight: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """``sum_i w_i decode(packet)_i`` over all nodes, ``w_i = 1/n`` by default; each row
+        with ``w_i != 0`` is charged its payload's bits uplink."""
+        return self.reduce_rows(compressor.decode(packet), packet.nbits, weight)
+
+    def reduce_full(self, x_i: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
+        """The same for uncompressed rows, charged ``float_bits * d`` each."""
+        nbits = torch.full((self.m,), self.float_bits * x_i.shape[1], dtype=torch.int64)
+        return self.reduce_rows(x_i, nbits, weight)
+
+    def reduce_rows(
+        self, rows: torch.Tensor, nbits: torch.Tensor, weight: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """``sum_i w_i rows_i`` over all nodes, charging ``nbits_i`` to the rows that send."""
+        raise NotImplementedError
+
+    def monitor_mean(self, v_i: torch.Tensor) -> float:
+        """The mean over all nodes of a per-node statistic ``(m,)``, for logging only: not a
+        message of the method, so nothing is charged."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------ downlink
+    def broadcast_full(self, d: int) -> None:
+        """Charge every node the downlink of an uncompressed ``d``-vector."""
+        self.ledger.charge_down(self.float_bits * d)
+
+    def broadcast(self, packet: Packet, compressor: Compressor) -> torch.Tensor:
+        """Decode a server payload (one row) and charge every node its bits downlink."""
+        self.ledger.charge_down(int(packet.nbits[0]))
+        return compressor.decode(packet)[0]
+
+    def charge_down(self, nbits: int) -> None:
+        """Charge every node ``nbits`` downlink (a shared coin, a skip flag)."""
+        self.ledger.charge_down(nbits)
+
+    def end_round(self) -> None:
+        self.ledger.rounds += 1
+
+    # ------------------------------------------------------------ totals over all nodes
+    def bits_totals(self) -> dict[str, float]:
+        """Cumulative bits per node over all ``n`` nodes: mean and max, up and down."""
+        raise NotImplementedError

@@ -1,0 +1,94 @@
+"""What the DASHA family shares: the state, the initial estimators, the momentum compression
+step ``m_i = C(h_i^{t+1} - h_i^t - a (g_i^t - h_i^t))`` and the common theory inputs
+(Tyurin & Richtárik 2022, arXiv 2202.01268, Algorithm 1)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from algorithms import stepsizes
+from algorithms.base import Algorithm, Option, State, initial_estimator
+from algorithms.comm.base import Comm
+from algorithms.vr_common import ab_kind, effective_omega, need_unbiased, resolved
+
+INITS = ("full", "zero")
+SOURCE = "Tyurin & Richtárik 2022, arXiv 2202.01268 (ICLR 2023)"
+
+COMMON_OPTIONS: dict[str, Option] = {
+    "momentum": Option(float, None, "DASHA momentum a in (0, 1] (default 1/(2 omega + 1))"),
+    "init_mode": Option(str, "full", "g_i^0: full (= h_i^0 = grad f_i) | zero", INITS, "init"),
+}
+
+
+@dataclass(frozen=True)
+class DASHAState(State):
+    g: torch.Tensor  # (d,) server estimator, mean of g_i over all nodes
+    g_i: torch.Tensor  # (m, d) node estimators (what the server knows of each node)
+    h_i: torch.Tensor  # (m, d) node gradient estimators (grad f_i, PAGE, MVR)
+
+
+def dasha_inputs(name: str, problem, compressor) -> dict[str, float]:
+    """``omega``, ``n`` and ``a = 1/(2 omega + 1)`` for the theory, refusing correlated
+    compressors (the analyses need independent ``C_i``: the ``omega/n`` terms)."""
+    omega = need_unbiased(name, compressor, problem.d)
+    if ab_kind(compressor) != "independent":
+        raise ValueError(
+            f"{name}'s theory assumes independent compressors, got {compressor.spec()}: "
+            "give --step FLOAT"
+        )
+    return {"omega": omega, "n": problem.n, "a": stepsizes.dasha_momentum(omega)}
+
+
+@dataclass(frozen=True)
+class DASHABase(Algorithm):
+    """Base of DASHA and its variants: subclasses define ``_h_next`` (the new ``h_i``)."""
+
+    momentum: float | None = None
+    init_mode: str = "full"
+
+    needs: ClassVar[str] = "unbiased"
+    reports: ClassVar[tuple[str, ...]] = ("G",)
+    options: ClassVar[dict[str, Option]] = COMMON_OPTIONS
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.momentum is not None and not 0 < self.momentum <= 1:
+            raise ValueError(f"momentum must be in (0, 1], got {self.momentum}")
+        if self.init_mode not in INITS:
+            raise ValueError(f"init must be one of {', '.join(INITS)}, got {self.init_mode!r}")
+
+    def _a(self, d: int) -> float:
+        return resolved(
+            self.momentum, lambda: stepsizes.dasha_momentum(effective_omega(self.compressor, d))
+        )
+
+    def init(self, x0, problem, comm: Comm) -> DASHAState:
+        h_i = problem.grad(x0)
+        if self.init_mode == "full":
+            g_i, g = initial_estimator("full", h_i, self.compressor, comm)
+        else:
+            g_i, g = torch.zeros_like(h_i), torch.zeros_like(h_i[0])
+        return DASHAState(x=x0.clone(), t=0, g=g, g_i=g_i, h_i=h_i)
+
+    def _h_next(self, state: DASHAState, x: torch.Tensor, problem, comm: Comm):
+        """The new ``h_i`` at ``x = x^{t+1}`` and extras."""
+        raise NotImplementedError
+
+    def _step(self, state: DASHAState, problem, comm: Comm):
+        x = state.x - self.gamma * state.g
+        comm.broadcast_full(problem.d)
+        h_i, extras = self._h_next(state, x, problem, comm)
+        return self._compress(state, x, h_i, problem, comm, extras)
+
+    def _compress(self, state: DASHAState, x, h_i, problem, comm: Comm, extras: dict):
+        C, t = self.compressor, state.t
+        a = self._a(problem.d)
+        packet = C.encode(h_i - state.h_i - a * (state.g_i - state.h_i), comm.rng_for(C, t))
+        m_i = C.decode(packet)
+        g_i = state.g_i + m_i
+        g = state.g + comm.reduce_rows(m_i, packet.nbits)
+        extras["G"] = comm.monitor_mean(((g_i - h_i) ** 2).sum(dim=1))
+        return DASHAState(x=x, t=t + 1, g=g, g_i=g_i, h_i=h_i), extras

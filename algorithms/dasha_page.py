@@ -1,0 +1,94 @@
+"""DASHA-PAGE: DASHA with PAGE gradient estimators for finite sums (Tyurin & Richtárik)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from algorithms import stepsizes
+from algorithms.base import Option, Theory
+from algorithms.comm.base import Comm
+from algorithms.dasha_common import COMMON_OPTIONS, SOURCE, DASHABase, DASHAState, dasha_inputs
+from algorithms.vr_common import (
+    P_HELP,
+    TAG_BATCH,
+    TAG_COIN,
+    need,
+    resolved,
+    sample_smoothness,
+    samples_per_node,
+    support_ratio,
+)
+
+
+def page_p(compressor, problem, batch: int) -> float:
+    """``B/(B + m)`` with ``m = max_i m_i`` (the authors' code default, [V-code]); for problems
+    without sample counts (online, e.g. the quadratics) ``zeta_C/d``, as MARINA's ``p``."""
+    m = samples_per_node(problem)
+    return support_ratio(compressor, problem.d) if m is None else batch / (batch + m)
+
+
+@dataclass(frozen=True)
+class DASHAPAGE(DASHABase):
+    """DASHA-PAGE: DASHA with PAGE estimators for finite sums (arXiv 2202.01268, Alg. 1).
+
+    Tyurin & Richtárik 2022, arXiv 2202.01268, Algorithm 1 with the PAGE estimator, for
+    ``f_i = (1/m_i) sum_j f_ij``.
+
+    Update: as DASHA (see :class:`algorithms.dasha.DASHA`) with
+    ``h_i^{t+1} = grad f_i(x^{t+1})`` when a coin ``c ~ Bernoulli(p)`` shared by all nodes is 1,
+    else ``h_i^t + (1/B) sum_{j in I_i} (grad f_ij(x^{t+1}) - grad f_ij(x^t))`` on a minibatch of
+    ``B = batch_size`` samples (with replacement, from the node's stream; the same samples at
+    both points). The coin changes computation only: every round sends one compressed vector.
+    ``p`` defaults to ``B/(B + m)`` with ``m = max_i m_i`` ([V-code]; ``zeta_C/d`` for problems
+    without sample counts); ``init`` and ``momentum`` as DASHA.
+
+    Theory [U] (theory sheet §2.10): ``1/(L + sqrt(48 omega (2 omega + 1)/n (L_tilde^2 +
+    (1 - p) calL^2/B) + 2 (1 - p) calL^2/(p n B)))`` with ``calL`` the mean-square per-sample
+    smoothness from ``problem.sample_smoothness()`` (standing for the paper's ``L_max``; without
+    it give ``--step``). Reported: ``G = mean_i ||g_i - h_i||^2`` and ``sync`` (the coin).
+    """
+
+    batch_size: int = 1
+    p: float | None = None
+
+    stochastic: ClassVar[bool] = True
+    reports: ClassVar[tuple[str, ...]] = ("G", "sync")
+    options: ClassVar[dict[str, Option]] = {
+        **COMMON_OPTIONS,
+        "batch_size": Option(int, 1, "minibatch B per node for the PAGE differences"),
+        "p": Option(float, None, P_HELP),
+    }
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.batch_size is None or self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.p is not None and not 0 < self.p <= 1:
+            raise ValueError(f"p must be in (0, 1], got {self.p}")
+
+    @classmethod
+    def theory(cls, problem, compressor, opts) -> Theory:
+        base = dasha_inputs("DASHA-PAGE", problem, compressor)
+        B = opts.get("batch_size") or 1
+        p = resolved(opts.get("p"), lambda: page_p(compressor, problem, B))
+        k = need(problem, "L", "L_tilde")
+        calL = sample_smoothness(problem, "DASHA-PAGE")
+        gamma = stepsizes.dasha_page(k["L"], k["L_tilde"], calL, base["omega"], base["n"], p, B)
+        return Theory(
+            gamma=gamma,
+            formula="1 / (L + sqrt(48 omega (2 omega + 1) / n (L_tilde^2 + (1 - p) calL^2 / B)"
+            " + 2 (1 - p) calL^2 / (p n B)))",
+            inputs={**k, **base, "calL": calL, "p": p, "B": B},
+            params={"momentum": base["a"], "p": p},
+            source=SOURCE + ", DASHA-PAGE; theory sheet §2.10 [U]",
+        )
+
+    def _h_next(self, state: DASHAState, x, problem, comm: Comm):
+        t = state.t
+        p = resolved(self.p, lambda: page_p(self.compressor, problem, self.batch_size))
+        if comm.coin(t, p, tag=TAG_COIN):
+            return problem.grad(x), {"sync": 1.0}
+        batch = problem.sample(comm.rng(t, tag=TAG_BATCH), self.batch_size)
+        h_i = state.h_i + problem.grad(x, batch) - problem.grad(state.x, batch)
+        return h_i, {"sync": 0.0}

@@ -1,0 +1,115 @@
+"""DASHA-SYNC-MVR: DASHA-MVR with rare uncompressed synchronisations (Tyurin & Richtárik)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from algorithms import stepsizes
+from algorithms.base import Option, Theory
+from algorithms.comm.base import Comm
+from algorithms.dasha_common import COMMON_OPTIONS, SOURCE, DASHABase, DASHAState, dasha_inputs
+from algorithms.vr_common import (
+    P_HELP,
+    TAG_BATCH,
+    TAG_COIN,
+    TAG_MEGA,
+    need,
+    resolved,
+    sample_smoothness,
+    samples_per_node,
+    support_ratio,
+)
+
+
+def sync_p(compressor, problem, batch: int, mega_batch: int | None) -> float:
+    """``min(zeta_C/d, B/(B + B'))`` with ``B'`` the mega-batch (``max_i m_i`` when the
+    synchronisation uses full local gradients; ``zeta_C/d`` alone if that is unknown)."""
+    p = support_ratio(compressor, problem.d)
+    big = mega_batch if mega_batch is not None else samples_per_node(problem)
+    return p if big is None else min(p, batch / (batch + big))
+
+
+@dataclass(frozen=True)
+class DASHASYNCMVR(DASHABase):
+    """DASHA-SYNC-MVR: DASHA-MVR with rare uncompressed syncs (arXiv 2202.01268, Alg. 2).
+
+    Tyurin & Richtárik 2022, arXiv 2202.01268, Algorithm 2.
+
+    Update: ``x^{t+1} = x^t - gamma g^t``; a coin ``c ~ Bernoulli(p)`` shared by all nodes.
+    ``c = 1``: ``h_i^{t+1}`` is a mega-batch gradient at ``x^{t+1}`` (``B' = mega_batch``
+    samples; the exact local gradient when ``mega_batch`` is unset), ``g_i^{t+1} = h_i^{t+1}``
+    is sent uncompressed (charged ``32 d``) and ``g^{t+1}`` is their mean. ``c = 0``:
+    ``h_i^{t+1} = grad f_i(x^{t+1}; xi) + h_i^t - grad f_i(x^t; xi)`` (MVR with ``b = 0``, the
+    same ``B = batch_size`` samples at both points), then DASHA's compressed momentum step (see
+    :class:`algorithms.dasha.DASHA`). ``init`` and ``momentum`` as DASHA.
+
+    Parameters and step: a [U] choice of ours (the theory sheet does not give them):
+    ``p = min(zeta_C/d, B/(B + B'))`` (``B' = max_i m_i`` for full local gradients), the form of
+    online VR-MARINA's ``p``, so that synchronisations cost about as much as the compressed
+    rounds; the step is DASHA-PAGE's [U] formula
+    ``1/(L + sqrt(48 omega (2 omega + 1)/n (L_tilde^2 + (1 - p) calL^2/B)
+    + 2 (1 - p) calL^2/(p n B)))`` with ``calL`` the mean-square per-sample smoothness
+    (``problem.sample_smoothness()``; without it give ``--step``), since between
+    synchronisations the estimator is PAGE's difference estimator. Reported: ``G`` and ``sync``.
+    """
+
+    batch_size: int = 1
+    mega_batch: int | None = None
+    p: float | None = None
+
+    stochastic: ClassVar[bool] = True
+    reports: ClassVar[tuple[str, ...]] = ("G", "sync")
+    options: ClassVar[dict[str, Option]] = {
+        **COMMON_OPTIONS,
+        "batch_size": Option(int, 1, "minibatch B per node for the MVR differences"),
+        "mega_batch": Option(
+            int, None, "mega-batch B' of a synchronisation (default: full local gradients)"
+        ),
+        "p": Option(float, None, P_HELP),
+    }
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.batch_size is None or self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.mega_batch is not None and self.mega_batch < 1:
+            raise ValueError(f"mega-batch must be >= 1, got {self.mega_batch}")
+        if self.p is not None and not 0 < self.p <= 1:
+            raise ValueError(f"p must be in (0, 1], got {self.p}")
+
+    @classmethod
+    def theory(cls, problem, compressor, opts) -> Theory:
+        base = dasha_inputs("DASHA-SYNC-MVR", problem, compressor)
+        B = opts.get("batch_size") or 1
+        p = resolved(opts.get("p"), lambda: sync_p(compressor, problem, B, opts.get("mega_batch")))
+        k = need(problem, "L", "L_tilde")
+        calL = sample_smoothness(problem, "DASHA-SYNC-MVR")
+        gamma = stepsizes.dasha_sync_mvr(k["L"], k["L_tilde"], calL, base["omega"], base["n"], p, B)
+        return Theory(
+            gamma=gamma,
+            formula="1 / (L + sqrt(48 omega (2 omega + 1) / n (L_tilde^2 + (1 - p) calL^2 / B)"
+            " + 2 (1 - p) calL^2 / (p n B)))",
+            inputs={**k, **base, "calL": calL, "p": p, "B": B},
+            params={"momentum": base["a"], "p": p},
+            source=SOURCE + ", DASHA-SYNC-MVR; step: DASHA-PAGE's form, our choice [U]",
+        )
+
+    def _step(self, state: DASHAState, problem, comm: Comm):
+        t = state.t
+        p = resolved(
+            self.p, lambda: sync_p(self.compressor, problem, self.batch_size, self.mega_batch)
+        )
+        x = state.x - self.gamma * state.g
+        comm.broadcast_full(problem.d)
+        if comm.coin(t, p, tag=TAG_COIN):
+            mega = None
+            if self.mega_batch is not None:
+                mega = problem.sample(comm.rng(t, tag=TAG_MEGA), self.mega_batch)
+            h_i = problem.grad(x, mega)
+            g = comm.reduce_full(h_i)
+            new = DASHAState(x=x, t=t + 1, g=g, g_i=h_i, h_i=h_i)
+            return new, {"G": 0.0, "sync": 1.0}
+        batch = problem.sample(comm.rng(t, tag=TAG_BATCH), self.batch_size)
+        h_i = state.h_i + problem.grad(x, batch) - problem.grad(state.x, batch)
+        return self._compress(state, x, h_i, problem, comm, {"sync": 0.0})

@@ -1,0 +1,102 @@
+"""EF21: error feedback by compressing gradient differences (Richtárik, Sokolov & Fatkhullin)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from algorithms import stepsizes
+from algorithms.base import Algorithm, Option, State, Theory, initial_estimator
+from algorithms.comm.base import Comm
+
+INITS = ("full", "compressed", "zero")
+
+
+@dataclass(frozen=True)
+class EF21State(State):
+    g_i: torch.Tensor  # (m, d) node estimators
+    g: torch.Tensor  # (d,) server estimator, mean of g_i over all nodes
+
+
+def ef21_theory(problem, compressor, regime: str = "auto") -> Theory:
+    """EF21's step: Theorem 1 (nonconvex) or Theorem 2 (PL, when ``mu`` is known), arXiv
+    2106.05203, with ``theta``, ``beta`` at the optimal Young parameter."""
+    c, d = problem.consts, problem.d
+    alpha = compressor.delta(d)
+    theta, beta = stepsizes.ef21_theta_beta(alpha)
+    inputs = {"L": c.L, "L_tilde": c.L_tilde, "alpha": alpha, "theta": theta, "beta": beta}
+    if regime == "pl" or (regime == "auto" and c.mu is not None):
+        if c.mu is None:
+            raise ValueError("the PL step needs mu, which this problem does not know")
+        inputs["mu"] = c.mu
+        return Theory(
+            gamma=stepsizes.ef21_pl(c.L, c.L_tilde, alpha, c.mu),
+            formula="min(1 / (L + L_tilde sqrt(2 beta / theta)), theta / (2 mu))",
+            inputs=inputs,
+            source="Richtárik, Sokolov & Fatkhullin 2021, arXiv 2106.05203, Theorem 2",
+        )
+    return Theory(
+        gamma=stepsizes.ef21(c.L, c.L_tilde, alpha),
+        formula="1 / (L + L_tilde sqrt(beta / theta))",
+        inputs=inputs,
+        source="Richtárik, Sokolov & Fatkhullin 2021, arXiv 2106.05203, Theorem 1",
+    )
+
+
+@dataclass(frozen=True)
+class EF21(Algorithm):
+    """EF21 (Richtárik, Sokolov & Fatkhullin 2021, arXiv 2106.05203, Algorithm 2).
+
+    Update: ``x^{t+1} = x^t - gamma g^t``; node ``i`` sends
+    ``c_i = C(grad f_i(x^{t+1}) - g_i^t)`` and sets ``g_i^{t+1} = g_i^t + c_i``; the server sets
+    ``g^{t+1} = g^t + (1/n) sum_i c_i``. Invariant: ``g^t = mean_i g_i^t``.
+
+    ``init``: ``g_i^0 = grad f_i(x^0)`` (``full``, the authors' code; sent uncompressed and
+    charged here), ``C(grad f_i(x^0))`` (``compressed``, suggested by Fatkhullin et al. 2021,
+    arXiv 2110.03294) or ``0`` (``zero``).
+
+    Theory: contractive ``C`` with ``alpha = delta``; Theorem 1 step
+    ``1/(L + L_tilde sqrt(beta/theta))``, Theorem 2 (PL) step
+    ``min(1/(L + L_tilde sqrt(2 beta/theta)), theta/(2 mu))`` (``regime``: ``auto`` picks PL
+    when the problem knows ``mu``). Lyapunov: ``Phi = f - f_inf + (gamma/(2 theta)) G`` with
+    ``G = mean_i ||g_i - grad f_i(x)||^2``, reported as ``G`` each step.
+    """
+
+    init_mode: str = "full"
+    regime: str = "auto"
+
+    needs: ClassVar[str] = "contractive"
+    reports: ClassVar[tuple[str, ...]] = ("G",)
+    options: ClassVar[dict[str, Option]] = {
+        "init_mode": Option(str, "full", "g_i^0: full | compressed | zero", INITS, "init"),
+        "regime": Option(
+            str, "auto", "theory step: auto | nonconvex | pl", ("auto", "nonconvex", "pl")
+        ),
+    }
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.init_mode not in INITS:
+            raise ValueError(f"init must be one of {', '.join(INITS)}, got {self.init_mode!r}")
+
+    @classmethod
+    def theory(cls, problem, compressor, opts) -> Theory:
+        return ef21_theory(problem, compressor, opts.get("regime", "auto"))
+
+    def init(self, x0, problem, comm: Comm) -> EF21State:
+        g_i, g = initial_estimator(self.init_mode, problem.grad(x0), self.compressor, comm)
+        return EF21State(x=x0.clone(), t=0, g_i=g_i, g=g)
+
+    def _step(self, state: EF21State, problem, comm: Comm):
+        C, t = self.compressor, state.t
+        x = state.x - self.gamma * state.g
+        comm.broadcast_full(problem.d)
+        grad_i = problem.grad(x)
+        packet = C.encode(grad_i - state.g_i, comm.rng_for(C, t))
+        c_i = C.decode(packet)
+        g_i = state.g_i + c_i
+        g = state.g + comm.reduce_rows(c_i, packet.nbits)
+        G = comm.monitor_mean(((g_i - grad_i) ** 2).sum(dim=1))
+        return EF21State(x=x, t=t + 1, g_i=g_i, g=g), {"G": G}

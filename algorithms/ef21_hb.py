@@ -1,0 +1,89 @@
+"""EF21-HB: EF21 with heavy-ball momentum (Fatkhullin et al., "EF21 with Bells & Whistles")."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from algorithms.base import Algorithm, Option, State, Theory, initial_estimator
+from algorithms.comm.base import Comm
+from algorithms.ef21 import INITS, ef21_theory
+
+REGIMES = ("auto", "nonconvex", "pl")
+
+
+@dataclass(frozen=True)
+class EF21HBState(State):
+    g_i: torch.Tensor  # (m, d) node estimators
+    g: torch.Tensor  # (d,) server estimator, mean of g_i
+    v: torch.Tensor  # (d,) heavy-ball direction
+
+
+@dataclass(frozen=True)
+class EF21HB(Algorithm):
+    """EF21-HB: EF21 with heavy-ball momentum (arXiv 2110.03294, Algorithm 6).
+
+    Fatkhullin, Sokolov, Gorbunov, Li & Richtárik 2021, "EF21 with Bells & Whistles".
+
+    Update, with ``v^0 = g^0``: ``x^{t+1} = x^t - gamma v^t``; EF21's node step at
+    ``x^{t+1}`` (``c_i = C(grad f_i(x^{t+1}) - g_i^t)``, ``g_i^{t+1} = g_i^t + c_i``,
+    ``g^{t+1} = g^t + (1/n) sum_i c_i``); the server sets ``v^{t+1} = eta v^t + g^{t+1}``.
+    ``eta = 0`` is EF21 exactly; with the identity compressor it is heavy-ball GD.
+
+    Theory: the paper gives a complexity, not step constants checked here [U]; as in the
+    authors' experiments the step is EF21's (Theorem 1, or 2 under PL, of arXiv 2106.05203),
+    used unchanged for every ``eta`` (the authors tune multiples of it). The effective step
+    of heavy ball is ``gamma/(1 - eta)``: with ``eta = 0.9`` EF21's step can oscillate on
+    nonconvex problems, and ``--step-mult`` equal to ``1 - eta`` restores EF21's. Reports
+    ``G = mean_i ||g_i - grad f_i(x)||^2``.
+    """
+
+    eta: float = 0.9
+    init_mode: str = "full"
+    regime: str = "auto"
+
+    needs: ClassVar[str] = "contractive"
+    reports: ClassVar[tuple[str, ...]] = ("G",)
+    options: ClassVar[dict[str, Option]] = {
+        "eta": Option(float, 0.9, "heavy-ball momentum eta in [0, 1)"),
+        "init_mode": Option(str, "full", "g_i^0: full | compressed | zero", INITS, "init"),
+        "regime": Option(str, "auto", "theory step: auto | nonconvex | pl", REGIMES),
+    }
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not 0 <= self.eta < 1:
+            raise ValueError(f"eta must be in [0, 1), got {self.eta}")
+        if self.init_mode not in INITS:
+            raise ValueError(f"init must be one of {', '.join(INITS)}, got {self.init_mode!r}")
+        if self.regime not in REGIMES:
+            raise ValueError(f"regime must be one of {', '.join(REGIMES)}, got {self.regime!r}")
+
+    @classmethod
+    def theory(cls, problem, compressor, opts) -> Theory:
+        th = ef21_theory(problem, compressor, opts.get("regime", "auto"))
+        return Theory(
+            gamma=th.gamma,
+            formula=th.formula + " (EF21's step, for every eta)",
+            inputs=th.inputs,
+            source=th.source + "; EF21-HB's own constants are unverified, arXiv 2110.03294",
+        )
+
+    def init(self, x0, problem, comm: Comm) -> EF21HBState:
+        g_i, g = initial_estimator(self.init_mode, problem.grad(x0), self.compressor, comm)
+        return EF21HBState(x=x0.clone(), t=0, g_i=g_i, g=g, v=g.clone())
+
+    def _step(self, state: EF21HBState, problem, comm: Comm):
+        C, t = self.compressor, state.t
+        x = state.x - self.gamma * state.v
+        comm.broadcast_full(problem.d)
+        grad_i = problem.grad(x)
+        packet = C.encode(grad_i - state.g_i, comm.rng_for(C, t))
+        c_i = C.decode(packet)
+        g_i = state.g_i + c_i
+        g = state.g + comm.reduce_rows(c_i, packet.nbits)
+        v = self.eta * state.v + g if self.eta != 0 else g
+        G = comm.monitor_mean(((g_i - grad_i) ** 2).sum(dim=1))
+        return EF21HBState(x=x, t=t + 1, g_i=g_i, g=g, v=v), {"G": G}

@@ -1,0 +1,117 @@
+"""EF21-PP: EF21 with partial participation (Fatkhullin et al., "EF21 with Bells & Whistles")."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from algorithms import stepsizes
+from algorithms.base import Algorithm, Option, Theory, initial_estimator
+from algorithms.comm.base import Comm
+from algorithms.ef21 import INITS, EF21State
+
+TAG_PARTICIPATE = 0x9A27
+SAMPLINGS = ("poisson", "nice")
+
+
+def participation_mask(comm: Comm, t: int, p: float, sampling: str) -> torch.Tensor:
+    """Bool ``(m,)``: which held nodes take part in round ``t``.
+
+    ``poisson``: node ``i`` flips its own Bernoulli(p) coin from its own stream (FL_PyTorch).
+    ``nice``: a uniform subset of ``max(1, floor(p n))`` nodes, drawn from a stream shared by
+    all nodes (the authors' code samples without replacement).
+    """
+    if sampling == "poisson":
+        return comm.rng(t, tag=TAG_PARTICIPATE).uniform(1)[:, 0] < p
+    s = nice_size(p, comm.n)
+    perm = comm.rng(t, shared=True, tag=TAG_PARTICIPATE).permutation(comm.n)
+    rank = torch.argsort(perm, dim=1)  # rank[j, i] = position of node i in row j's order
+    return rank.gather(1, comm.nodes.to(rank.device)[:, None])[:, 0] < s
+
+
+def nice_size(p: float, n: int) -> int:
+    return max(1, math.floor(p * n))
+
+
+@dataclass(frozen=True)
+class EF21PP(Algorithm):
+    """EF21-PP: EF21 with partial participation (arXiv 2110.03294, Algorithm 4).
+
+    Fatkhullin, Sokolov, Gorbunov, Li & Richtárik 2021, "EF21 with Bells & Whistles".
+
+    Update: ``x^{t+1} = x^t - gamma g^t``; a random set ``S^t`` of nodes takes part; node
+    ``i`` in ``S^t`` sends ``c_i = C(grad f_i(x^{t+1}) - g_i^t)`` and sets
+    ``g_i^{t+1} = g_i^t + c_i``; the others send nothing (and are charged nothing uplink) and
+    keep ``g_i^{t+1} = g_i^t``; ``g^{t+1} = g^t + (1/n) sum_{i in S^t} c_i``. Invariant:
+    ``g = mean_i g_i``. ``participation = 1`` is EF21 exactly.
+
+    Sampling (``sampling``): ``poisson`` (default; each node independently with probability
+    ``participation``, from its own stream, as FL_PyTorch) or ``nice`` (``floor(p n)`` nodes
+    uniformly without replacement, as the authors' code; then ``p`` in the theory is
+    ``floor(p n)/n``). The downlink charges every node the model each round (the server
+    broadcasts ``x^{t+1}``; a conservative count, since only participants need it).
+
+    Theory: Theorem 7 (p. 47) with all ``p_i = p``: ``gamma = 1/(L + sqrt(B~/theta_p))``,
+    ``theta_p = theta p/2``, ``B~ = (beta p + (1 + 1/rho)(1-p)) L_tilde^2``,
+    ``rho = theta p/(2(1-p))`` (:func:`stepsizes.ef21_pp`), a nonconvex result (no PL step is
+    used). Reports ``G = mean_i ||g_i - grad f_i(x)||^2`` over all nodes.
+    """
+
+    participation: float = 0.5
+    sampling: str = "poisson"
+    init_mode: str = "full"
+
+    needs: ClassVar[str] = "contractive"
+    reports: ClassVar[tuple[str, ...]] = ("G", "participants")
+    options: ClassVar[dict[str, Option]] = {
+        "participation": Option(float, 0.5, "probability p in (0, 1] that a node takes part"),
+        "sampling": Option(str, "poisson", "participation: poisson | nice", SAMPLINGS),
+        "init_mode": Option(str, "full", "g_i^0: full | compressed | zero", INITS, "init"),
+    }
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not 0 < self.participation <= 1:
+            raise ValueError(f"participation must be in (0, 1], got {self.participation}")
+        if self.sampling not in SAMPLINGS:
+            raise ValueError(f"sampling must be poisson or nice, got {self.sampling!r}")
+        if self.init_mode not in INITS:
+            raise ValueError(f"init must be one of {', '.join(INITS)}, got {self.init_mode!r}")
+
+    @classmethod
+    def theory(cls, problem, compressor, opts) -> Theory:
+        c, d = problem.consts, problem.d
+        p = float(opts.get("participation", 0.5))
+        if opts.get("sampling") == "nice":
+            p = nice_size(p, problem.n) / problem.n
+        alpha = compressor.delta(d)
+        return Theory(
+            gamma=stepsizes.ef21_pp(c.L, c.L_tilde, alpha, p),
+            formula="1 / (L + sqrt(B~ / theta_p)), theta_p = theta p / 2, "
+            "B~ = (beta p + (1 + 1/rho)(1 - p)) L_tilde^2, rho = theta p / (2 (1 - p))",
+            inputs={"L": c.L, "L_tilde": c.L_tilde, "alpha": alpha, "p": p},
+            source="Fatkhullin et al. 2021, arXiv 2110.03294, Theorem 7 (EF21-PP)",
+        )
+
+    def init(self, x0, problem, comm: Comm) -> EF21State:
+        g_i, g = initial_estimator(self.init_mode, problem.grad(x0), self.compressor, comm)
+        return EF21State(x=x0.clone(), t=0, g_i=g_i, g=g)
+
+    def _step(self, state: EF21State, problem, comm: Comm):
+        C, t = self.compressor, state.t
+        x = state.x - self.gamma * state.g
+        comm.broadcast_full(problem.d)
+        grad_i = problem.grad(x)
+        mask = participation_mask(comm, t, self.participation, self.sampling).to(grad_i.device)
+        packet = C.encode(grad_i - state.g_i, comm.rng_for(C, t))
+        c_i = torch.where(mask[:, None], C.decode(packet), 0.0)
+        # full participation sums as EF21 does (bit-identical iterates)
+        weight = None if self.participation == 1 else mask.to(grad_i.dtype) / comm.n
+        g = state.g + comm.reduce_rows(c_i, packet.nbits, weight)
+        g_i = state.g_i + c_i
+        G = comm.monitor_mean(((g_i - grad_i) ** 2).sum(dim=1))
+        share = comm.monitor_mean(mask.to(torch.float64))
+        return EF21State(x=x, t=t + 1, g_i=g_i, g=g), {"G": G, "participants": share}

@@ -1,0 +1,83 @@
+"""EF21-SGD: EF21 with minibatch gradients (Fatkhullin et al., "EF21 with Bells & Whistles")."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from algorithms.base import Algorithm, Option, Theory, initial_estimator
+from algorithms.comm.base import Comm
+from algorithms.ef21 import INITS, EF21State, ef21_theory
+
+TAG_BATCH = 0xE5D1
+REGIMES = ("auto", "nonconvex", "pl")
+
+
+@dataclass(frozen=True)
+class EF21SGD(Algorithm):
+    """EF21-SGD: EF21 with minibatch gradients (arXiv 2110.03294, Algorithm 2).
+
+    Fatkhullin, Sokolov, Gorbunov, Li & Richtárik 2021, "EF21 with Bells & Whistles".
+
+    Update: ``x^{t+1} = x^t - gamma g^t``; node ``i`` draws a minibatch of ``batch_size`` from
+    its own data (its own stream), forms ``hat g_i = (1/tau) sum_j grad f_ij(x^{t+1})`` and
+    sends ``c_i = C(hat g_i - g_i^t)``; ``g_i^{t+1} = g_i^t + c_i``,
+    ``g^{t+1} = g^t + (1/n) sum_i c_i``. With ``batch_size=None`` the local gradients are full
+    and the method is EF21.
+
+    ``init``: ``g_i^0 = grad f_i(x^0)`` with the full local gradient (``full``, the authors'
+    code; sent uncompressed and charged), its compression (``compressed``) or ``0``.
+
+    Theory: the paper's step constants (with an extra Young parameter) are unverified here
+    [U]; the step is EF21's (Theorem 1, or Theorem 2 under PL, of arXiv 2106.05203), as in
+    the paper's experiments, which tune multiples of it. With a constant step and minibatch,
+    the method stalls at a noise floor that falls as ``batch_size`` grows (B&W Fig. 1).
+    """
+
+    batch_size: int | None = None
+    init_mode: str = "full"
+    regime: str = "auto"
+
+    needs: ClassVar[str] = "contractive"
+    stochastic: ClassVar[bool] = True
+    options: ClassVar[dict[str, Option]] = {
+        "batch_size": Option(int, None, "minibatch per node (default: full local gradients)"),
+        "init_mode": Option(str, "full", "g_i^0: full | compressed | zero", INITS, "init"),
+        "regime": Option(str, "auto", "theory step: auto | nonconvex | pl", REGIMES),
+    }
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        b = self.batch_size
+        if b is not None and (isinstance(b, bool) or not isinstance(b, int) or b < 1):
+            raise ValueError(f"batch_size must be a positive integer, got {b!r}")
+        if self.init_mode not in INITS:
+            raise ValueError(f"init must be one of {', '.join(INITS)}, got {self.init_mode!r}")
+        if self.regime not in REGIMES:
+            raise ValueError(f"regime must be one of {', '.join(REGIMES)}, got {self.regime!r}")
+
+    @classmethod
+    def theory(cls, problem, compressor, opts) -> Theory:
+        th = ef21_theory(problem, compressor, opts.get("regime", "auto"))
+        return Theory(
+            gamma=th.gamma,
+            formula=th.formula + " (EF21's step)",
+            inputs=th.inputs,
+            source=th.source + "; EF21-SGD's own constants are unverified, arXiv 2110.03294",
+        )
+
+    def init(self, x0, problem, comm: Comm) -> EF21State:
+        g_i, g = initial_estimator(self.init_mode, problem.grad(x0), self.compressor, comm)
+        return EF21State(x=x0.clone(), t=0, g_i=g_i, g=g)
+
+    def _step(self, state: EF21State, problem, comm: Comm):
+        C, t = self.compressor, state.t
+        x = state.x - self.gamma * state.g
+        comm.broadcast_full(problem.d)
+        batch = None
+        if self.batch_size is not None:
+            batch = problem.sample(comm.rng(t, tag=TAG_BATCH), self.batch_size)
+        packet = C.encode(problem.grad(x, batch) - state.g_i, comm.rng_for(C, t))
+        c_i = C.decode(packet)
+        g = state.g + comm.reduce_rows(c_i, packet.nbits)
+        return EF21State(x=x, t=t + 1, g_i=state.g_i + c_i, g=g), {}

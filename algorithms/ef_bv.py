@@ -1,0 +1,165 @@
+"""EF-BV: error feedback and variance reduction in one method (Condat, Yi & Richtárik 2022)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from algorithms import stepsizes
+from algorithms.base import Algorithm, Option, State, Theory, initial_estimator
+from algorithms.comm.base import Comm
+from compressors import Compressor
+
+INITS = ("full", "compressed", "zero")
+REGIMES = ("auto", "nonconvex", "pl")
+
+
+def bv_class(compressor: Compressor, d: int, n: int) -> tuple[float, float, float]:
+    """``(eta, omega, omega_av)`` of ``compressor`` in EF-BV's class ``C(eta, omega)``:
+    ``||E C(x) - x|| <= eta ||x||``, ``E||C(x) - E C(x)||^2 <= omega ||x||^2``.
+
+    Unbiased: ``(0, omega)``; deterministic contractive: ``(sqrt(1-delta), 0)``; random
+    contractive: ``(sqrt(1-delta), 1-delta)`` (both bounded by ``E||C(x)-x||^2``).
+    ``omega_av = omega/n`` for independent compressors, ``omega`` under shared randomness.
+    """
+    if compressor.unbiased:
+        eta, omega = 0.0, compressor.omega(d)
+    else:
+        delta = compressor.delta(d)
+        eta = math.sqrt(1.0 - delta)
+        omega = 0.0 if compressor.deterministic else 1.0 - delta
+    omega_av = omega if compressor.shared_randomness else omega / n
+    return eta, omega, omega_av
+
+
+@dataclass(frozen=True)
+class EFBVState(State):
+    h_i: torch.Tensor  # (m, d) node control variates
+    h: torch.Tensor  # (d,) server's mean of h_i
+
+
+@dataclass(frozen=True)
+class EFBV(Algorithm):
+    """EF-BV: error feedback with bias and variance control (arXiv 2205.04180, Algorithm 1).
+
+    Condat, Yi & Richtárik 2022; implemented without the proximal step (``R = 0``).
+
+    Update: node ``i`` sends ``d_i = C(grad f_i(x^t) - h_i^t)`` and sets
+    ``h_i^{t+1} = h_i^t + lam d_i``; the server sets ``d = (1/n) sum_i d_i``,
+    ``g^{t+1} = h^t + nu d``, ``h^{t+1} = h^t + lam d`` and ``x^{t+1} = x^t - gamma g^{t+1}``.
+    ``lam = nu = 1`` is EF21 (EF21's ``g^t`` is ``h^{t+1}`` here; with ``init=full`` the
+    iterates coincide); ``nu = 1``, ``lam = 1/(1+omega)`` with unbiased ``C`` is DIANA.
+
+    Parameters: ``lam``, ``nu`` default to ``lambda* = min((1-eta)/((1-eta)^2 + omega), 1)``
+    and ``nu* = min((1-eta)/((1-eta)^2 + omega_av), 1)`` from the compressor's class
+    (:func:`bv_class`). The theory sheet writes ``omega_av = omega`` for independent
+    compressors; the variance of a mean of ``n`` independent messages is ``omega/n`` times
+    the mean squared norm, so ``omega_av = omega/n`` here (the ``1/n`` gain the paper claims).
+
+    Theory: the paper's step constants are unverified [U], so the step is one derived for
+    this library (:func:`stepsizes.ef_bv`, :func:`stepsizes.ef_bv_pl`):
+    ``1/(L + L_tilde sqrt(r_av)/(1 - sqrt(r)))`` (nonconvex) or
+    ``min(1/(L + L_tilde sqrt(2 r_av)/(1 - sqrt(r))), (1 - sqrt(r))/(2 mu))`` (PL), with
+    ``r = (1-lam+lam eta)^2 + lam^2 omega`` and ``r_av = (1-nu+nu eta)^2 + nu^2 omega_av``;
+    at ``lam = nu = 1`` with a deterministic contractive ``C`` it is EF21's step. It is
+    conservative for DIANA-like settings. Reports ``G = mean_i ||h_i^t - grad f_i(x^t)||^2``
+    of the state the step starts from (its gradients are the ones the step computes).
+    Built directly (not by ``configure``), ``lam`` and ``nu`` default to 1.
+    """
+
+    lam: float | None = None
+    nu: float | None = None
+    init_mode: str = "full"
+    regime: str = "auto"
+
+    needs: ClassVar[str] = "any"
+    reports: ClassVar[tuple[str, ...]] = ("G",)
+    options: ClassVar[dict[str, Option]] = {
+        "lam": Option(float, None, "EF-BV lambda in (0, 1] (default: lambda*)", flag="ef_lambda"),
+        "nu": Option(float, None, "EF-BV nu in (0, 1] (default: nu*)", flag="ef_nu"),
+        "init_mode": Option(str, "full", "h_i^0: full | compressed | zero", INITS, "init"),
+        "regime": Option(str, "auto", "theory step: auto | nonconvex | pl", REGIMES),
+    }
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in ("lam", "nu"):
+            v = getattr(self, name)
+            if v is None:  # built directly: EF21's choice; configure() gives lambda*, nu*
+                object.__setattr__(self, name, 1.0)
+            elif not 0 < v <= 1:
+                raise ValueError(f"{name} must be in (0, 1], got {v}")
+        if self.init_mode not in INITS:
+            raise ValueError(f"init must be one of {', '.join(INITS)}, got {self.init_mode!r}")
+        if self.regime not in REGIMES:
+            raise ValueError(f"regime must be one of {', '.join(REGIMES)}, got {self.regime!r}")
+
+    @classmethod
+    def theory(cls, problem, compressor, opts) -> Theory:
+        c, d = problem.consts, problem.d
+        eta, omega, omega_av = bv_class(compressor, d, problem.n)
+        lam_star, nu_star = stepsizes.ef_bv_lambda_nu(eta, omega, omega_av)
+        lam = opts.get("lam") or lam_star
+        nu = opts.get("nu") or nu_star
+        r = stepsizes.ef_bv_r(lam, eta, omega)
+        r_av = stepsizes.ef_bv_r(nu, eta, omega_av)
+        if not r < 1:
+            raise ValueError(
+                f"lam={lam} gives r = {r:.4g}, but EF-BV's theory needs r < 1 for "
+                f"{compressor.spec()} (eta={eta:.4g}, omega={omega:.4g}); the default "
+                f"lambda* = {lam_star:.4g} minimises r"
+            )
+        inputs = {
+            "L": c.L,
+            "L_tilde": c.L_tilde,
+            "eta": eta,
+            "omega": omega,
+            "omega_av": omega_av,
+            "lam": lam,
+            "nu": nu,
+            "r": r,
+            "r_av": r_av,
+        }
+        regime = opts.get("regime", "auto")
+        source = "Condat, Yi & Richtárik 2022, arXiv 2205.04180 (method); step derived here"
+        params = {"lam": lam_star, "nu": nu_star}
+        if regime == "pl" or (regime == "auto" and c.mu is not None):
+            if c.mu is None:
+                raise ValueError("the PL step needs mu, which this problem does not know")
+            inputs["mu"] = c.mu
+            return Theory(
+                gamma=stepsizes.ef_bv_pl(c.L, c.L_tilde, r, r_av, c.mu),
+                formula="min(1 / (L + L_tilde sqrt(2 r_av) / (1 - sqrt(r))), "
+                "(1 - sqrt(r)) / (2 mu))",
+                inputs=inputs,
+                params=params,
+                source=source,
+            )
+        return Theory(
+            gamma=stepsizes.ef_bv(c.L, c.L_tilde, r, r_av),
+            formula="1 / (L + L_tilde sqrt(r_av) / (1 - sqrt(r)))",
+            inputs=inputs,
+            params=params,
+            source=source,
+        )
+
+    def init(self, x0, problem, comm: Comm) -> EFBVState:
+        h_i, h = initial_estimator(self.init_mode, problem.grad(x0), self.compressor, comm)
+        return EFBVState(x=x0.clone(), t=0, h_i=h_i, h=h)
+
+    def _step(self, state: EFBVState, problem, comm: Comm):
+        C, t = self.compressor, state.t
+        comm.broadcast_full(problem.d)
+        grad_i = problem.grad(state.x)
+        G = comm.monitor_mean(((state.h_i - grad_i) ** 2).sum(dim=1))
+        packet = C.encode(grad_i - state.h_i, comm.rng_for(C, t))
+        d_i = C.decode(packet)
+        d = comm.reduce_rows(d_i, packet.nbits)
+        g = state.h + self.nu * d
+        h = state.h + self.lam * d
+        h_i = state.h_i + self.lam * d_i
+        x = state.x - self.gamma * g
+        return EFBVState(x=x, t=t + 1, h_i=h_i, h=h), {"G": G}

@@ -1,0 +1,488 @@
+"""``python -m algorithms.run ALGORITHM [options]``: run one method on one problem.
+
+Writes ``config.json`` (everything needed to rerun: argv, resolved parameters, the problem's
+constants, the compressor's constant and bit model, the step size and its formula, versions),
+``history.csv`` (``iter, bits_up, bits_down, f, f_gap, grad_norm_sq, wall_s`` and more, one row per
+logged iteration, flushed as it goes) and ``summary.json`` into ``--out``. Exit status: 0 done,
+2 bad input, 3 diverged (history up to that point is kept).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import inspect
+import json
+import logging
+import math
+import os
+import platform
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from algorithms.base import Algorithm
+from algorithms.comm import SimulatedComm
+from algorithms.registry import ALGORITHMS, ALIASES, get_algorithm
+from compressors import COMPRESSORS, Compressor, parse_spec
+
+log = logging.getLogger("compzoo.run")
+
+EXIT_OK, EXIT_BAD_INPUT, EXIT_DIVERGED = 0, 2, 3
+HISTORY_COLUMNS = [
+    "iter", "bits_up", "bits_down", "f", "f_gap", "grad_norm_sq", "wall_s",
+    "bits_up_max", "bits_down_max",
+]  # fmt: skip
+
+
+class BadInput(ValueError):
+    """A user error: reported on stderr with exit status 2."""
+
+
+def _method_options() -> dict[str, tuple[str, Any]]:
+    """Every method option by its flag: ``flag -> (field, Option)`` (union over methods)."""
+    out: dict[str, tuple[str, Any]] = {}
+    for cls in ALGORITHMS.values():
+        for name, opt in cls.options.items():
+            if name == "down_compressor":  # has its own --down-compressor SPEC flag
+                continue
+            flag = opt.flag or name
+            out.setdefault(flag, (name, opt))
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="python -m algorithms.run",
+        description="Run one communication-compressed method on one problem.",
+    )
+    ap.add_argument("algorithm", nargs="?", help="registry name (see --list)")
+    ap.add_argument("--list", action="store_true", help="list algorithms, compressors, problems")
+    g = ap.add_argument_group("method")
+    g.add_argument("--compressor", default="identity", help="compressor SPEC, e.g. topk:k=10")
+    g.add_argument("--down-compressor", default=None, help="downlink SPEC (bidirectional)")
+    g.add_argument("--step", default="theory", help="'theory' or a positive float")
+    g.add_argument("--step-mult", type=float, default=1.0, help="multiplies the step")
+    g.add_argument(
+        "--force-compressor",
+        action="store_true",
+        help="accept a compressor outside the class the method's theory assumes",
+    )
+    for flag, (name, opt) in _method_options().items():
+        users = sorted(k for k, c in ALGORITHMS.items() if name in c.options)
+        kw: dict[str, Any] = {
+            "default": None,
+            "dest": f"opt_{name}",
+            "help": f"{opt.help} [{', '.join(users)}]",
+        }
+        if opt.choices:
+            kw["choices"] = opt.choices
+        kw["type"] = _bool if opt.type is bool else opt.type
+        g.add_argument(f"--{flag.replace('_', '-')}", **kw)
+    p = ap.add_argument_group("problem")
+    p.add_argument("--problem", default="quadratic", help="problem name (see --list)")
+    p.add_argument("--dataset", default=None, help="synthetic, a bundled set, libsvm:PATH, ...")
+    p.add_argument("--split", default="contiguous", help="contiguous|iid|sorted|dirichlet:ALPHA")
+    p.add_argument("--nodes", type=int, default=10, help="number of nodes n")
+    p.add_argument("--lambda", dest="lam", type=float, default=None, help="regularization")
+    p.add_argument("--x0", default="default", help="default|zeros|ones|randn[:SCALE]")
+    p.add_argument(
+        "--problem-opt",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a problem knob (repeatable), see --list",
+    )
+    r = ap.add_argument_group("run")
+    r.add_argument("--iters", type=int, default=1000, help="iterations T")
+    r.add_argument(
+        "--max-bits", type=float, default=None, help="stop at this many uplink bits per node"
+    )
+    r.add_argument(
+        "--tol",
+        type=float,
+        default=None,
+        help="stop when the --tol-on value is below this (checked at logged iterations)",
+    )
+    r.add_argument("--tol-on", choices=("grad_norm_sq", "f_gap"), default="grad_norm_sq")
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--device", default="cpu", help="cpu or cuda")
+    r.add_argument("--dtype", choices=("float64", "float32"), default=None)
+    r.add_argument("--float-bits", type=int, default=32, help="wire width of a float (bits)")
+    r.add_argument("--log-every", type=int, default=None, help="log every K iterations")
+    r.add_argument("--out", default=None, help="run folder (default: runs/NAME-TIME)")
+    r.add_argument("--overwrite", action="store_true", help="replace a non-empty --out")
+    r.add_argument("--quiet", action="store_true", help="no progress bar")
+    return ap
+
+
+def _bool(v: str) -> bool:
+    if v.lower() in ("1", "true", "yes"):
+        return True
+    if v.lower() in ("0", "false", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {v!r}")
+
+
+def _first_line(obj) -> str:
+    doc = inspect.getdoc(obj) or ""
+    return doc.split("\n")[0]
+
+
+def list_everything() -> str:
+    from problems.registry import PROBLEMS
+
+    lines = ["algorithms:"]
+    for name, cls in ALGORITHMS.items():
+        opts = ", ".join(f"--{(o.flag or k).replace('_', '-')}" for k, o in cls.options.items())
+        lines.append(f"  {name:16s} {_first_line(cls)}" + (f"  [{opts}]" if opts else ""))
+    for alias, target in ALIASES.items():
+        lines.append(f"  {alias:16s} alias of {target}")
+    lines.append("compressors:")
+    for name, cls in COMPRESSORS.items():
+        fields = ", ".join(
+            f.name for f in __import__("dataclasses").fields(cls) if not f.name.startswith("_")
+        )
+        lines.append(f"  {name:16s} {_first_line(cls)}" + (f"  [{fields}]" if fields else ""))
+    lines.append("problems:")
+    for name, cls in PROBLEMS.items():
+        knobs = ", ".join(cls.knobs)
+        lines.append(
+            f"  {name:16s} {cls.description or _first_line(cls)}"
+            + (f"  [--problem-opt {knobs}]" if knobs else "")
+        )
+    return "\n".join(lines)
+
+
+def _parse_knobs(problem: str, items: list[str]) -> dict[str, Any]:
+    from problems.registry import PROBLEMS
+
+    cls = PROBLEMS.get(problem)
+    knobs: dict[str, Any] = {}
+    for item in items:
+        key, eq, raw = item.partition("=")
+        if not eq:
+            raise BadInput(f"--problem-opt expects KEY=VALUE, got {item!r}")
+        if cls is None or key not in cls.knobs:
+            allowed = ", ".join(cls.knobs) if cls else "none"
+            raise BadInput(f"unknown --problem-opt {key!r} for {problem}; allowed: {allowed}")
+        default = cls.knobs[key][0]
+        try:
+            if isinstance(default, bool):
+                knobs[key] = _bool(raw)
+            elif isinstance(default, int):
+                knobs[key] = int(raw)
+            elif isinstance(default, float):
+                knobs[key] = float(raw)
+            else:
+                knobs[key] = raw
+        except (ValueError, argparse.ArgumentTypeError) as e:
+            raise BadInput(f"--problem-opt {key}={raw!r}: {e}") from None
+    return knobs
+
+
+def _out_dir(args, algo_name: str) -> Path:
+    if args.out is None:
+        stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+        base = Path("runs") / f"{algo_name}-{stamp}"
+        out, k = base, 1
+        while out.exists():
+            out, k = Path(f"{base}-{k}"), k + 1
+        return out
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise BadInput(f"--out {str(out)!r} exists and is not a folder")
+    if out.is_dir() and any(out.iterdir()) and not args.overwrite:
+        raise BadInput(
+            f"--out {str(out)!r} exists and is not empty; pass --overwrite to "
+            "replace it, or choose another folder"
+        )
+    return out
+
+
+def _compressor_record(c: Compressor, d: int) -> dict[str, Any]:
+    doc = inspect.getdoc(type(c)) or ""
+    bit_model = " ".join(
+        next((p for p in doc.split("\n\n") if p.lstrip().startswith("Bits")), "").split()
+    )
+    rec: dict[str, Any] = {
+        "spec": c.spec(),
+        "class": type(c).__name__,
+        "bit_model": bit_model,
+        "unbiased": c.unbiased,
+        "contractive": c.contractive,
+    }
+    for key, fn in (("omega", c.omega), ("delta", c.delta)):
+        try:
+            rec[key] = fn(d)
+        except ValueError:
+            rec[key] = None
+    rec["bits_per_message"] = c.bits(d) if c.fixed_size else None
+    rec["expected_bits_per_message"] = c.expected_bits(d)
+    return rec
+
+
+def _versions() -> dict[str, str]:
+    from importlib import metadata
+
+    out = {"python": platform.python_version(), "torch": torch.__version__, "numpy": np.__version__}
+    try:
+        out["compzoo"] = metadata.version("compzoo")
+    except metadata.PackageNotFoundError:
+        out["compzoo"] = "not installed"
+    return out
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return repr(v)
+    return str(v)
+
+
+def configure(args) -> tuple[Algorithm, Any, dict[str, Any]]:
+    """Resolve the command line into a method, a problem and the config record."""
+    from problems.registry import make_problem
+
+    if args.algorithm is None:
+        raise BadInput("give an ALGORITHM (see --list)")
+    cls = get_algorithm(args.algorithm)
+    for key, val in (("--iters", args.iters), ("--nodes", args.nodes)):
+        if val < 1:
+            raise BadInput(f"{key} must be >= 1, got {val}")
+    if args.log_every is not None and args.log_every < 1:
+        raise BadInput(f"--log-every must be >= 1, got {args.log_every}")
+    if args.step_mult <= 0 or not math.isfinite(args.step_mult):
+        raise BadInput(f"--step-mult must be a positive number, got {args.step_mult}")
+    step: str | float = args.step
+    if step != "theory":
+        try:
+            step = float(step)
+        except ValueError:
+            raise BadInput(
+                f"--step must be 'theory' or a positive float, got {args.step!r}"
+            ) from None
+        if not step > 0 or not math.isfinite(step):
+            raise BadInput(f"--step must be 'theory' or a positive float, got {args.step!r}")
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        raise BadInput(f"--device {args.device!r}: CUDA is not available here; use cpu")
+    knobs = _parse_knobs(args.problem, args.problem_opt)
+    problem = make_problem(
+        args.problem,
+        dataset=args.dataset,
+        split=args.split,
+        nodes=args.nodes,
+        lam=args.lam,
+        dtype=args.dtype,
+        device=args.device,
+        seed=args.seed,
+        x0=args.x0,
+        **knobs,
+    )
+    compressor = parse_spec(args.compressor)
+    opts: dict[str, Any] = {}
+    for flag, (name, _opt) in _method_options().items():
+        val = getattr(args, f"opt_{name}")
+        if val is None:
+            continue
+        if name not in cls.options:
+            raise BadInput(
+                f"--{flag.replace('_', '-')} does not apply to {args.algorithm}; "
+                f"its options: {', '.join(cls.options) or 'none'}"
+            )
+        opts[name] = val
+    if args.down_compressor is not None:
+        if "down_compressor" not in cls.options:
+            raise BadInput(
+                f"--down-compressor does not apply to {args.algorithm}: it compresses uplink only"
+            )
+        opts["down_compressor"] = parse_spec(args.down_compressor)
+    algo, theory_record = cls.configure(
+        problem,
+        compressor,
+        step=step,
+        step_mult=args.step_mult,
+        force=args.force_compressor,
+        **opts,
+    )
+    consts = problem.consts
+    config = {
+        "argv": sys.argv[1:] if args._argv is None else args._argv,
+        "algorithm": args.algorithm,
+        "algorithm_class": cls.__name__,
+        "args": {k: v for k, v in vars(args).items() if not k.startswith("_")},
+        "method": {
+            k: (v.spec() if isinstance(v, Compressor) else v) for k, v in algo.params().items()
+        },
+        "step": theory_record,
+        "compressor": _compressor_record(algo.compressor, problem.d),
+        "problem": {
+            "name": args.problem,
+            "n": problem.n,
+            "d": problem.d,
+            "dataset": args.dataset,
+            "split": args.split,
+            "lambda": args.lam,
+            "x0": args.x0,
+            "knobs": knobs,
+            "dtype": str(problem.dtype).split(".")[-1],
+            "consts": consts.to_dict(),
+        },
+        "seed": args.seed,
+        "device": args.device,
+        "float_bits": args.float_bits,
+        "versions": _versions(),
+        "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+    return algo, problem, config
+
+
+def run(argv: list[str] | None = None) -> int:
+    ap = build_parser()
+    args = ap.parse_args(argv)
+    args._argv = argv
+    if args.list:
+        print(list_everything())
+        return EXIT_OK
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        print(
+            "error: launched with WORLD_SIZE > 1, but this version runs simulated nodes only "
+            "(one process holds all --nodes); launch without torchrun",
+            file=sys.stderr,
+        )
+        return EXIT_BAD_INPUT
+    try:
+        algo, problem, config = configure(args)
+        out = _out_dir(args, args.algorithm)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return execute(algo, problem, config, args, out)
+
+
+def execute(algo: Algorithm, problem, config: dict, args, out: Path) -> int:
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in ("history.csv", "summary.json"):
+        (out / stale).unlink(missing_ok=True)
+    (out / "config.json").write_text(json.dumps(config, indent=2, default=str) + "\n")
+    comm = SimulatedComm(problem.n, seed=args.seed, float_bits=args.float_bits)
+    f_star = problem.consts.f_star
+    T = args.iters
+    log_every = args.log_every or max(1, T // 1000)
+    x0 = problem.x0
+    wall = 0.0
+    t0 = time.perf_counter()
+    state = algo.init(x0, problem, comm)
+    wall += time.perf_counter() - t0
+    reason, last = "completed", {}
+    extras_keys: list[str] | None = None
+    with open(out / "history.csv", "w", newline="") as fh:
+        writer = None
+
+        def record(t: int, extras: dict[str, float]) -> dict[str, Any]:
+            nonlocal writer, extras_keys
+            f = float(problem.loss(state.x))
+            gn = float((problem.full_grad(state.x) ** 2).sum())
+            totals = comm.bits_totals()
+            row = {
+                "iter": t,
+                "bits_up": totals["bits_up"],
+                "bits_down": totals["bits_down"],
+                "f": f,
+                "f_gap": None if f_star is None else f - f_star,
+                "grad_norm_sq": gn,
+                "wall_s": wall,
+                "bits_up_max": totals["bits_up_max"],
+                "bits_down_max": totals["bits_down_max"],
+            }
+            if writer is None:
+                extras_keys = list(type(algo).reports)
+                writer = csv.DictWriter(fh, fieldnames=HISTORY_COLUMNS + extras_keys)
+                writer.writeheader()
+            row.update({k: extras.get(k) for k in extras_keys or []})
+            writer.writerow({k: _fmt(v) for k, v in row.items()})
+            fh.flush()
+            return row
+
+        last = record(0, {})
+        bar = tqdm(
+            total=T,
+            file=sys.stderr,
+            disable=True if args.quiet else None,
+            desc=args.algorithm,
+            leave=False,
+        )
+        t = 0
+        while t < T:
+            t0 = time.perf_counter()
+            state, info = algo.step(state, problem, comm)
+            wall += time.perf_counter() - t0
+            t += 1
+            bar.update(1)
+            finite = bool(torch.isfinite(state.x).all())
+            if not finite or t % log_every == 0 or t == T:
+                last = record(t, info.extras)
+                if not finite or not math.isfinite(last["f"]):
+                    reason = "diverged"
+                    break
+                target = last[args.tol_on]
+                if args.tol is not None and target is not None and target <= args.tol:
+                    reason = "tolerance"
+                    break
+            if args.max_bits is not None and comm.bits_totals()["bits_up"] >= args.max_bits:
+                if last["iter"] != t:
+                    last = record(t, info.extras)
+                reason = "max_bits"
+                break
+        bar.close()
+    summary = {
+        "reason": reason,
+        "iters": t,
+        "final": {k: last.get(k) for k in HISTORY_COLUMNS},
+        "gamma": config["step"]["gamma"],
+        "gamma_theory": config["step"].get("gamma_theory"),
+        "formula": (config["step"].get("theory") or {}).get("formula"),
+        "out": str(out),
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    print(_summary_text(config, summary))
+    return EXIT_DIVERGED if reason == "diverged" else EXIT_OK
+
+
+def _summary_text(config: dict, s: dict) -> str:
+    fin = s["final"]
+    th = config["step"].get("theory") or {}
+    lines = [
+        f"{config['algorithm']} with {config['compressor']['spec']} on {config['problem']['name']}"
+        f" (n={config['problem']['n']}, d={config['problem']['d']}): {s['reason']} after "
+        f"{s['iters']} iterations",
+        f"  f = {fin['f']:.6g}"
+        + (f", f - f* = {fin['f_gap']:.3e}" if fin.get("f_gap") is not None else "")
+        + f", ||grad f||^2 = {fin['grad_norm_sq']:.3e}",
+        f"  bits per node: up {fin['bits_up']:.6g} (max {fin['bits_up_max']:.6g}), "
+        f"down {fin['bits_down']:.6g}",
+        f"  step {s['gamma']:.6g}"
+        + (
+            f" = {config['step']['step_mult']:g} x theory {th['formula']} [{th.get('source', '')}]"
+            if th and config["args"]["step"] == "theory"
+            else " (given)"
+        ),
+        f"  results in {s['out']}",
+    ]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.WARNING)
+    sys.exit(run())
+
+
+if __name__ == "__main__":
+    main()
