@@ -10,6 +10,7 @@ logged iteration, flushed as it goes) and ``summary.json`` into ``--out``. Exit 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import inspect
 import json
@@ -89,7 +90,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--problem", default="quadratic", help="problem name (see --list)")
     p.add_argument("--dataset", default=None, help="synthetic, a bundled set, libsvm:PATH, ...")
     p.add_argument("--split", default="contiguous", help="contiguous|iid|sorted|dirichlet:ALPHA")
-    p.add_argument("--nodes", type=int, default=10, help="number of nodes n")
+    p.add_argument(
+        "--nodes",
+        type=int,
+        default=None,
+        help="number of nodes n (default 10; under torchrun the world size)",
+    )
     p.add_argument("--lambda", dest="lam", type=float, default=None, help="regularization")
     p.add_argument("--x0", default="default", help="default|zeros|ones|randn[:SCALE]")
     p.add_argument(
@@ -119,6 +125,18 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", default=None, help="run folder (default: runs/NAME-TIME)")
     r.add_argument("--overwrite", action="store_true", help="replace a non-empty --out")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
+    r.add_argument(
+        "--backend",
+        choices=("gloo", "nccl"),
+        default=None,
+        help="torch.distributed backend under torchrun (default: nccl on cuda, else gloo)",
+    )
+    r.add_argument(
+        "--timeout",
+        type=float,
+        default=300.0,
+        help="seconds a collective may wait under torchrun before the run fails",
+    )
     return ap
 
 
@@ -351,28 +369,92 @@ def run(argv: list[str] | None = None) -> int:
     if args.list:
         print(list_everything())
         return EXIT_OK
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        print(
-            "error: launched with WORLD_SIZE > 1, but this version runs simulated nodes only "
-            "(one process holds all --nodes); launch without torchrun",
-            file=sys.stderr,
-        )
-        return EXIT_BAD_INPUT
+    if "WORLD_SIZE" in os.environ and "RANK" in os.environ:
+        return run_distributed(args)
+    if args.nodes is None:
+        args.nodes = 10
     try:
         algo, problem, config = configure(args)
         out = _out_dir(args, args.algorithm)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    return execute(algo, problem, config, args, out)
+    return execute(
+        algo,
+        problem,
+        config,
+        args,
+        out,
+        SimulatedComm(problem.n, seed=args.seed, float_bits=args.float_bits),
+    )
 
 
-def execute(algo: Algorithm, problem, config: dict, args, out: Path) -> int:
-    out.mkdir(parents=True, exist_ok=True)
-    for stale in ("history.csv", "summary.json"):
-        (out / stale).unlink(missing_ok=True)
-    (out / "config.json").write_text(json.dumps(config, indent=2, default=str) + "\n")
-    comm = SimulatedComm(problem.n, seed=args.seed, float_bits=args.float_bits)
+def run_distributed(args) -> int:
+    """Under torchrun: one node per rank over torch.distributed; rank 0 writes the run folder."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    from algorithms.comm.torch_dist import TorchDistComm
+
+    world, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if args.nodes is not None and args.nodes != world:
+        if rank == 0:
+            print(
+                f"error: --nodes {args.nodes} differs from the world size {world}: under "
+                "torchrun every rank is one node",
+                file=sys.stderr,
+            )
+        return EXIT_BAD_INPUT
+    args.nodes = world
+    cuda = args.device.startswith("cuda")
+    backend = args.backend or ("nccl" if cuda else "gloo")
+    if backend == "nccl" and not cuda:
+        if rank == 0:
+            print("error: --backend nccl needs --device cuda", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    device = "cpu"
+    if cuda:
+        if not torch.cuda.is_available():
+            if rank == 0:
+                print(
+                    f"error: --device {args.device!r}: CUDA is not available here", file=sys.stderr
+                )
+            return EXIT_BAD_INPUT
+        torch.cuda.set_device(local_rank)
+        device = args.device = f"cuda:{local_rank}"
+    dist.init_process_group(backend, timeout=timedelta(seconds=args.timeout))
+    try:
+        error = ""
+        try:
+            algo, problem, config = configure(args)
+            out = _out_dir(args, args.algorithm) if rank == 0 else Path(".")
+        except ValueError as e:
+            error = str(e)
+        # Every rank must agree before any collective of the run: rank 0 alone checks --out.
+        flag = torch.tensor([1.0 if error else 0.0], device=device)
+        dist.all_reduce(flag)
+        if flag.item() > 0:
+            if rank == 0:
+                print(f"error: {error or 'bad input on another rank'}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        config.update(world_size=world, backend=backend)
+        comm = TorchDistComm(seed=args.seed, float_bits=args.float_bits, device=device)
+        return execute(algo, problem.local([rank]), config, args, out, comm, is_writer=rank == 0)
+    finally:
+        dist.destroy_process_group()
+
+
+def execute(
+    algo: Algorithm, problem, config: dict, args, out: Path, comm, is_writer: bool = True
+) -> int:
+    """Run ``algo`` with ``comm``; only the writer (rank 0) writes files and prints."""
+    if is_writer:
+        out.mkdir(parents=True, exist_ok=True)
+        for stale in ("history.csv", "summary.json"):
+            (out / stale).unlink(missing_ok=True)
+        (out / "config.json").write_text(json.dumps(config, indent=2, default=str) + "\n")
     f_star = problem.consts.f_star
     T = args.iters
     log_every = args.log_every or max(1, T // 1000)
@@ -382,12 +464,13 @@ def execute(algo: Algorithm, problem, config: dict, args, out: Path) -> int:
     state = algo.init(x0, problem, comm)
     wall += time.perf_counter() - t0
     reason, last = "completed", {}
-    extras_keys: list[str] | None = None
-    with open(out / "history.csv", "w", newline="") as fh:
+    extras_keys = list(type(algo).reports)
+    sink = open(out / "history.csv", "w", newline="") if is_writer else contextlib.nullcontext()
+    with sink as fh:
         writer = None
 
         def record(t: int, extras: dict[str, float]) -> dict[str, Any]:
-            nonlocal writer, extras_keys
+            nonlocal writer
             f = float(problem.loss(state.x))
             gn = float((problem.full_grad(state.x) ** 2).sum())
             totals = comm.bits_totals()
@@ -402,20 +485,20 @@ def execute(algo: Algorithm, problem, config: dict, args, out: Path) -> int:
                 "bits_up_max": totals["bits_up_max"],
                 "bits_down_max": totals["bits_down_max"],
             }
-            if writer is None:
-                extras_keys = list(type(algo).reports)
-                writer = csv.DictWriter(fh, fieldnames=HISTORY_COLUMNS + extras_keys)
-                writer.writeheader()
-            row.update({k: extras.get(k) for k in extras_keys or []})
-            writer.writerow({k: _fmt(v) for k, v in row.items()})
-            fh.flush()
+            row.update({k: extras.get(k) for k in extras_keys})
+            if fh is not None:
+                if writer is None:
+                    writer = csv.DictWriter(fh, fieldnames=HISTORY_COLUMNS + extras_keys)
+                    writer.writeheader()
+                writer.writerow({k: _fmt(v) for k, v in row.items()})
+                fh.flush()
             return row
 
         last = record(0, {})
         bar = tqdm(
             total=T,
             file=sys.stderr,
-            disable=True if args.quiet else None,
+            disable=True if (args.quiet or not is_writer) else None,
             desc=args.algorithm,
             leave=False,
         )
@@ -451,8 +534,9 @@ def execute(algo: Algorithm, problem, config: dict, args, out: Path) -> int:
         "formula": (config["step"].get("theory") or {}).get("formula"),
         "out": str(out),
     }
-    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
-    print(_summary_text(config, summary))
+    if is_writer:
+        (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+        print(_summary_text(config, summary))
     return EXIT_DIVERGED if reason == "diverged" else EXIT_OK
 
 
