@@ -147,25 +147,30 @@ class Algorithm:
         full = {k: o.default for k, o in cls.options.items()}
         full.update({k: v for k, v in opts.items() if v is not None})
         record: dict[str, Any] = {}
-        if step == "theory":
+        try:
             th = cls.theory(problem, compressor, full)
+        except (ValueError, TypeError) as e:
+            th, why = None, _theory_error(cls, problem, e)
+        if th is not None:
             for k, v in th.params.items():
                 if opts.get(k) is None:
                     full[k] = v
-            gamma = th.gamma * step_mult
             record.update(theory=th.to_dict(), gamma_theory=th.gamma)
+        else:
+            record.update(theory=None, theory_unavailable=why)
+        if step == "theory":
+            if th is not None:
+                gamma = th.gamma * step_mult
+            elif getattr(problem, "default_step", None) is not None:
+                # Deep nets have no smoothness constants: their documented default step.
+                gamma = problem.default_step * step_mult
+                record.update(step_source=f"problem default {problem.default_step} ({why})")
+            else:
+                raise ValueError(why)
         else:
             gamma = float(step) * step_mult
             if not gamma > 0:
                 raise ValueError(f"step must be > 0, got {step} (times step-mult {step_mult})")
-            try:
-                th = cls.theory(problem, compressor, full)
-                for k, v in th.params.items():
-                    if opts.get(k) is None:
-                        full[k] = v
-                record.update(theory=th.to_dict(), gamma_theory=th.gamma)
-            except (ValueError, TypeError) as e:
-                record.update(theory=None, theory_unavailable=str(e))
         record.update(gamma=gamma, step_mult=step_mult, params=dict(full))
         algo = cls(compressor=compressor, gamma=gamma, **full)
         return algo, record
@@ -194,6 +199,17 @@ class Algorithm:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         out["compressor"] = self.compressor.spec()
         return out
+
+
+def _theory_error(cls, problem, e: Exception) -> str:
+    """Why the theoretical step is unavailable, as a message naming what to do."""
+    if isinstance(e, ValueError):
+        return str(e)
+    missing = [k for k in ("L", "L_tilde", "L_max", "mu") if getattr(problem.consts, k) is None]
+    return (
+        f"{cls.__name__}'s theoretical step needs constants this problem does not know "
+        f"({', '.join(missing) or type(e).__name__}): give --step FLOAT"
+    )
 
 
 def grads(problem, x: torch.Tensor, batch=None) -> torch.Tensor:

@@ -172,6 +172,9 @@ class Problem:
     convex: ClassVar[bool] = False
     #: knob name -> (default, help); the keyword arguments ``make_problem`` accepts.
     knobs: ClassVar[dict[str, tuple[Any, str]]] = {}
+    #: the step a method uses with ``--step theory`` when its theory needs constants this problem
+    #: does not know (deep nets); None: such a run must give ``--step``.
+    default_step: ClassVar[float | None] = None
 
     def __init__(
         self,

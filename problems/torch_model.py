@@ -62,6 +62,8 @@ class TorchModel(Problem):
 
     convex = False
     default_dataset: ClassVar[str] = "digits"
+    # No smoothness constants are known for networks: methods fall back to the usual SGD step.
+    default_step: ClassVar[float | None] = 0.1
 
     def __init__(
         self,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-Z = 5.0  # standard errors: with the derandomized seeds a failure is a real violation
+from compressors.montecarlo import Z, estimate
 
 
 def assert_mc_mean(
@@ -38,17 +38,11 @@ def assert_mc_mean(
 def assert_mc_at_most(ratios: torch.Tensor, bound: float, z: float = Z) -> None:
     """The mean of ``ratios`` is at most ``bound`` up to ``z`` standard errors:
     ``mean <= bound (1 + tol)`` with ``tol = z se / bound`` set by the sample size."""
-    n = ratios.numel()
-    mean, se = float(ratios.mean()), float(ratios.std()) / n**0.5
-    assert mean <= bound + z * se + 1e-12 * max(1.0, abs(bound)), (
-        f"E ratio = {mean:.6g} (se {se:.2g}, n={n}) exceeds the declared {bound:.6g}"
-    )
+    e = estimate(ratios)
+    assert e.at_most(bound, z), f"E ratio = {e} (n={e.n}) exceeds the declared {bound:.6g}"
 
 
 def assert_mc_at_least(ratios: torch.Tensor, bound: float, z: float = Z) -> None:
     """The mean of ``ratios`` is at least ``bound`` up to ``z`` standard errors."""
-    n = ratios.numel()
-    mean, se = float(ratios.mean()), float(ratios.std()) / n**0.5
-    assert mean >= bound - z * se - 1e-12 * max(1.0, abs(bound)), (
-        f"E ratio = {mean:.6g} (se {se:.2g}, n={n}) is below {bound:.6g}"
-    )
+    e = estimate(ratios)
+    assert e.at_least(bound, z), f"E ratio = {e} (n={e.n}) is below {bound:.6g}"

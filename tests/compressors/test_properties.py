@@ -16,8 +16,9 @@ from asserts import assert_mc_at_least, assert_mc_at_most, assert_mc_mean
 from hypothesis import given, settings
 from strategies import compressor_cases, make_vector, vectors
 
-from compressors import Compressor, parse_spec
+from compressors import Compressor, montecarlo, parse_spec
 from compressors.dithering import elias_payload_bits
+from compressors.montecarlo import draws_of
 from compressors.perm_k import PermK
 from streams import Streams
 
@@ -30,19 +31,8 @@ def pick(pred) -> dict:
     return {"argvalues": [c for _, c in chosen], "ids": [i for i, _ in chosen]}
 
 
-def draws_of(c: Compressor, x: torch.Tensor, draws: int, seed: int = 0):
-    """``draws`` independent compressions of ``x``: rows with independent keys (node ids cycle
-    through ``0..n-1`` for compressors that need them). Returns outputs and packets."""
-    n = getattr(c, "n", None) or 1
-    keys = Streams.for_nodes(seed, range(draws), 0x3C).keys
-    rng = Streams(keys, torch.arange(draws) % n)
-    packet = c.encode(x.expand(draws, x.numel()), rng)
-    return c.decode(packet), packet
-
-
 def error_ratios(c: Compressor, x: torch.Tensor, draws: int = DRAWS, seed: int = 0):
-    y, _ = draws_of(c, x, draws, seed)
-    return ((y - x) ** 2).sum(dim=1) / (x**2).sum(), y
+    return montecarlo.error_ratios(c, x, draws, seed)
 
 
 def _contractive_random(c: Compressor) -> bool:
