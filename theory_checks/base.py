@@ -7,11 +7,32 @@ number), what was measured, the tolerance and why, and whether the claim held.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import Any
 
-__all__ = ["Check", "Outcome", "Row", "run_check"]
+import torch
+
+__all__ = ["Check", "Outcome", "Row", "run_check", "single_threaded"]
+
+
+def single_threaded(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Run ``fn`` with one torch intra-op thread, restoring the caller's setting: the checks'
+    problems are tiny, and a thread pool only adds synchronisation (milliseconds per operation
+    on a loaded machine)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        before = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            torch.set_num_threads(before)
+
+    return wrapper
 
 
 @dataclass(frozen=True)

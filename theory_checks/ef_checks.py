@@ -30,7 +30,7 @@ from algorithms.three_pc import ThreePC
 from compressors import parse_spec
 from problems.registry import make_problem
 from theory_checks.base import Check, Outcome
-from theory_checks.ef_instances import G_of, f_gap, hetero_ridge, run, single_thread
+from theory_checks.ef_instances import G_of, f_gap, heterogeneous_ridge, run, single_thread
 
 __all__ = ["CHECKS", "descent_violations", "nonconvex_bound", "pl_ratio"]
 
@@ -128,7 +128,7 @@ def _ef21_nonconvex(fast: bool) -> list[Outcome]:
 
 
 def _ef21_pl(fast: bool) -> list[Outcome]:
-    R = hetero_ridge("ones")
+    R = heterogeneous_ridge(x0="ones")
     out = []
     for K in (1, 2):
         algo, rec = EF21.configure(R, parse_spec(f"topk:k={K}"), init_mode="compressed")
@@ -299,7 +299,7 @@ def _ef14_exact(fast: bool) -> list[Outcome]:
 
 
 def _ef14_plateau(fast: bool) -> list[Outcome]:
-    R = hetero_ridge("ones")
+    R = heterogeneous_ridge(x0="ones")
     g0 = EF21.configure(R, parse_spec("topk:k=2"), regime="nonconvex")[0].gamma
     burn, win = (1000, 1000) if fast else (2000, 3000)
     levels = {}
@@ -326,7 +326,7 @@ def _ef14_plateau(fast: bool) -> list[Outcome]:
 
 # ---- EF-BV --------------------------------------------------------------------------------
 def _ef_bv_conv(fast: bool) -> list[Outcome]:
-    R = hetero_ridge("ones")
+    R = heterogeneous_ridge(x0="ones")
     T = 1500 if fast else 3000
     target = 1e-10 if fast else 1e-24
     out = []

@@ -21,7 +21,7 @@ from algorithms.registry import get_algorithm
 from compressors import parse_spec
 from problems.base import Consts
 from theory_checks.base import Check, Outcome
-from theory_checks.ef_instances import beznosikov, hetero_ridge, single_thread
+from theory_checks.ef_instances import beznosikov, heterogeneous_ridge, single_thread
 
 __all__ = ["CHECKS", "compare", "table_problem"]
 
@@ -297,7 +297,7 @@ def _worked(fast: bool) -> list[Outcome]:
             "1e-12 (eigenvalue rounding)",
         )
     )
-    ridge = hetero_ridge()
+    ridge = heterogeneous_ridge(x0="ones")
     for p, want, half in ((1.0, 0.0176, 5e-5), (0.5, 0.0070, 5e-5), (0.1, 0.00095, 5e-6)):
         got = _gamma("ef21-pp", "topk:k=2", ridge, participation=p)
         out.append(

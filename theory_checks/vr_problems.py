@@ -5,7 +5,6 @@ statistics used to compare a mean over seeds with a bound."""
 from __future__ import annotations
 
 import contextlib
-import functools
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -14,8 +13,10 @@ import numpy as np
 import torch
 
 from algorithms.comm import SimulatedComm
+from problems.instances import heterogeneous_ridge, ridge_arrays
 from problems.least_squares import LeastSquares
 from problems.registry import make_problem
+from theory_checks.base import single_threaded
 
 __all__ = [
     "RIDGE_SHEET",
@@ -41,8 +42,7 @@ Z = 3.0
 
 @contextlib.contextmanager
 def one_thread() -> Iterator[None]:
-    """Run with one torch thread (the vectors are tiny: threads only add overhead), restoring
-    the caller's setting."""
+    """:func:`theory_checks.base.single_threaded` as a context manager."""
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -51,41 +51,9 @@ def one_thread() -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def single_threaded(fn: Callable[[bool], list]) -> Callable[[bool], list]:
-    """``fn`` run under :func:`one_thread`."""
-
-    @functools.wraps(fn)
-    def wrapped(fast: bool) -> list:
-        with one_thread():
-            return fn(fast)
-
-    return wrapped
-
-
-def ridge_arrays(
-    n: int = 10, d: int = 20, m: int = 30
-) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """The §3.6 data: ``rng = np.random.default_rng(1)``, all ``A_i ~ N(0,1)^{m x d}`` first,
-    then all ``y_i = 3 N(0, 1) + 2 i``, ``i = 0..n-1``."""
-    rng = np.random.default_rng(1)
-    A = [rng.standard_normal((m, d)) for _ in range(n)]
-    y = [3.0 * rng.standard_normal(m) + 2.0 * i for i in range(n)]
-    return A, y
-
-
 def ridge(copies: int = 1, lam: float = 0.1) -> LeastSquares:
-    """The heterogeneous ridge of the theory sheet §3.6 (``n = 10, d = 20, m = 30``):
-    ``f_i(x) = (1/(2m))||A_i x - y_i||^2 + (lam/2)||x||^2``, start ``x^0 = 0``.
-
-    ``copies > 1`` repeats the ten nodes ``copies`` times: ``f``, ``x*``, ``L``, ``L_max``,
-    ``mu`` and ``zeta2`` are unchanged and every node keeps its data distribution, only ``n``
-    grows (used for DIANA's linear speedup).
-    """
-    A, y = ridge_arrays()
-    A_all = np.concatenate(A * copies)
-    y_all = np.concatenate(y * copies)
-    counts = np.full(len(A) * copies, A[0].shape[0])
-    return LeastSquares(A_all, y_all, counts, lam=lam, x0="zeros")
+    """The §3.6 ridge from ``x^0 = 0`` (:func:`problems.instances.heterogeneous_ridge`)."""
+    return heterogeneous_ridge(x0="zeros", lam=lam, copies=copies)
 
 
 def logreg_nonconvex(nodes: int = 5, samples: int = 200, features: int = 10, seed: int = 2):

@@ -5,21 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 
 from algorithms import stepsizes
 from algorithms.comm import SimulatedComm
 from algorithms.comp_ams import CompAMS
 from compressors import parse_spec
 from problems.registry import make_problem
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

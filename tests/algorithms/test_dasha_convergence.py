@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 
 from algorithms.comm import SimulatedComm
 from algorithms.dasha import DASHA
@@ -14,30 +13,14 @@ from algorithms.dasha_mvr import DASHAMVR
 from algorithms.dasha_page import DASHAPAGE
 from algorithms.dasha_sync_mvr import DASHASYNCMVR
 from compressors import parse_spec
-from problems.data import load_tabular
-from problems.least_squares import LeastSquares
+from problems.instances import heterogeneous_ridge
 from problems.registry import make_problem
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")
 def ridge():
-    """The heterogeneous ridge of the theory sheet §3.6, with its per-sample smoothness."""
-    rng = np.random.default_rng(1)
-    n, d, m = 10, 20, 30
-    A = np.stack([rng.standard_normal((m, d)) for _ in range(n)])
-    y = np.stack([3 * rng.standard_normal(m) + 2 * i for i in range(n)])
-    p = LeastSquares(A.reshape(n * m, d), y.reshape(-1), np.full(n, m), lam=0.1)
-    calL = float(np.sqrt(np.mean(((A**2).sum(2) + 0.1) ** 2)))
-    p.sample_smoothness = lambda: calL
-    return p
+    """The heterogeneous ridge of the theory sheet §3.6."""
+    return heterogeneous_ridge()
 
 
 @pytest.fixture(scope="module")
@@ -45,10 +28,6 @@ def nonconvex():
     p = make_problem(
         "logreg-nonconvex", nodes=5, lam=0.1, samples=200, features=10, seed=2, x0="randn"
     )
-    X = load_tabular("synthetic", "logreg-nonconvex", seed=2, samples=200, features=10).X
-    X = X.toarray() if hasattr(X, "toarray") else np.asarray(X)
-    calL = float(np.sqrt(np.mean((0.25 * (X**2).sum(1) + 2 * 0.1) ** 2)))
-    p.sample_smoothness = lambda: calL
     return p
 
 

@@ -6,31 +6,18 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 
 from algorithms.comm import SimulatedComm
 from algorithms.diana import DIANA
 from compressors import parse_spec
-from problems.least_squares import LeastSquares
+from problems.instances import heterogeneous_ridge
 from problems.registry import make_problem
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")
 def ridge():
     """The heterogeneous ridge of the theory sheet §3.6 (zeta2 = 59.3: DCGD stalls there)."""
-    rng = np.random.default_rng(1)
-    n, d, m = 10, 20, 30
-    A = np.stack([rng.standard_normal((m, d)) for _ in range(n)])
-    y = np.stack([3 * rng.standard_normal(m) + 2 * i for i in range(n)])
-    return LeastSquares(A.reshape(n * m, d), y.reshape(-1), np.full(n, m), lam=0.1)
+    return heterogeneous_ridge()
 
 
 def run(algo, problem, T, seed=0):

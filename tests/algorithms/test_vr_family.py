@@ -7,7 +7,6 @@ from __future__ import annotations
 import csv
 import math
 
-import numpy as np
 import pytest
 import torch
 
@@ -26,7 +25,7 @@ from algorithms.run import run
 from algorithms.vr_common import TAG_BATCH
 from algorithms.vr_marina import VRMARINA
 from compressors import parse_spec
-from problems.data import load_tabular
+from problems.instances import heterogeneous_ridge
 from problems.least_squares import LeastSquares
 from problems.registry import make_problem
 
@@ -46,28 +45,9 @@ KW = {
 }
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    # Tiny tensors: intra-op threads only add contention (10-100x slower on a busy machine).
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def ridge_problem(identical: bool = False) -> LeastSquares:
-    """The heterogeneous ridge of the theory sheet §3.6 (n = 10, d = 20, m = 30, lambda = 0.1),
-    with its mean-square per-sample smoothness ``||a_j||^2 + lambda``."""
-    rng = np.random.default_rng(1)
-    n, d, m = 10, 20, 30
-    A = np.stack([rng.standard_normal((m, d)) for _ in range(n)])
-    y = np.stack([3 * rng.standard_normal(m) + 2 * i for i in range(n)])
-    if identical:
-        A[:], y[:] = A[0], y[0]
-    p = LeastSquares(A.reshape(n * m, d), y.reshape(-1), np.full(n, m), lam=0.1)
-    calL = float(np.sqrt(np.mean(((A**2).sum(2) + 0.1) ** 2)))
-    p.sample_smoothness = lambda: calL
-    return p
+    """The heterogeneous ridge of the theory sheet §3.6 (or its homogeneous variant)."""
+    return heterogeneous_ridge(identical=identical)
 
 
 @pytest.fixture(scope="module")
@@ -80,10 +60,6 @@ def nonconvex():
     p = make_problem(
         "logreg-nonconvex", nodes=5, lam=0.1, samples=200, features=10, seed=2, x0="randn"
     )
-    X = load_tabular("synthetic", "logreg-nonconvex", seed=2, samples=200, features=10).X
-    X = X.toarray() if hasattr(X, "toarray") else np.asarray(X)
-    calL = float(np.sqrt(np.mean((0.25 * (X**2).sum(1) + 2 * 0.1) ** 2)))
-    p.sample_smoothness = lambda: calL
     return p
 
 

@@ -8,7 +8,7 @@ import pytest
 from algorithms.ef21 import EF21
 from compressors import parse_spec
 from theory_checks import ef_checks as ec
-from theory_checks.ef_instances import G_of, f_gap, hetero_ridge, run
+from theory_checks.ef_instances import G_of, f_gap, heterogeneous_ridge, run
 
 
 @pytest.mark.parametrize("chk", [c for c in ec.CHECKS if c.fast], ids=lambda c: c.name)
@@ -38,7 +38,7 @@ def test_descent_check_flags_an_increase():
 
 
 def test_pl_ratio_fails_with_a_wrong_mu():
-    R = hetero_ridge("ones")
+    R = heterogeneous_ridge(x0="ones")
     algo, rec = EF21.configure(R, parse_spec("topk:k=2"), init_mode="compressed")
     th = rec["theory"]["inputs"]["theta"]
     _, psi = run(algo, R, 200, observe=lambda s: f_gap(R, s.x) + algo.gamma / th * G_of(s, R))
