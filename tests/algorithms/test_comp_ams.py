@@ -10,14 +10,6 @@ from algorithms import stepsizes
 from algorithms.comm import SimulatedComm
 from algorithms.comp_ams import CompAMS
 from compressors import parse_spec
-from problems.registry import make_problem
-
-
-@pytest.fixture(scope="module")
-def nonconvex():
-    return make_problem(
-        "logreg-nonconvex", nodes=5, lam=0.1, samples=200, features=10, seed=2, x0="randn"
-    )
 
 
 def tail_ratio(algo, problem, T=2000, start=1500, seed=0) -> float:

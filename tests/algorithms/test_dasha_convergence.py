@@ -13,14 +13,7 @@ from algorithms.dasha_mvr import DASHAMVR
 from algorithms.dasha_page import DASHAPAGE
 from algorithms.dasha_sync_mvr import DASHASYNCMVR
 from compressors import parse_spec
-from problems.instances import heterogeneous_ridge
 from problems.registry import make_problem
-
-
-@pytest.fixture(scope="module")
-def ridge():
-    """The heterogeneous ridge of the theory sheet §3.6."""
-    return heterogeneous_ridge()
 
 
 @pytest.fixture(scope="module")

@@ -7,45 +7,13 @@ import math
 
 import pytest
 import torch
+from runs import gd, trajectory
 
 from algorithms import stepsizes
-from algorithms.comm import SimulatedComm
 from algorithms.ef21 import EF21
 from algorithms.ef_bv import EFBV, bv_class
 from algorithms.run import run
 from compressors import parse_spec
-from problems.registry import make_problem
-
-
-@pytest.fixture(scope="module")
-def quad():
-    return make_problem("quadratic", nodes=5, lam=0.2, dim=10, seed=0)
-
-
-@pytest.fixture(scope="module")
-def nonconvex():
-    return make_problem(
-        "logreg-nonconvex", nodes=5, lam=0.1, samples=200, features=10, seed=2, x0="randn"
-    )
-
-
-def trajectory(algo, problem, T, seed=0):
-    comm = SimulatedComm(problem.n, seed=seed)
-    state = algo.init(problem.x0, problem, comm)
-    states, infos = [state], []
-    for _ in range(T):
-        state, info = algo.step(state, problem, comm)
-        states.append(state)
-        infos.append(info)
-    return states, infos, comm
-
-
-def gd(problem, gamma, T):
-    x, xs = problem.x0.clone(), [problem.x0.clone()]
-    for _ in range(T):
-        x = x - gamma * problem.full_grad(x)
-        xs.append(x)
-    return xs
 
 
 def test_lambda_nu_one_is_ef21_up_to_the_index_shift(nonconvex):

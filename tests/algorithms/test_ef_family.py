@@ -11,6 +11,7 @@ import math
 
 import pytest
 import torch
+from runs import gd, trajectory
 
 from algorithms import stepsizes
 from algorithms.comm import SimulatedComm
@@ -35,32 +36,13 @@ def quad():
 
 @pytest.fixture(scope="module")
 def quad_hom():
-    """The same with (almost) no heterogeneity at the optimum: every f_i is minimised near x*.
-    (``zeta2=0`` is not honoured by the generator, so a negligible value is used.)"""
-    return make_problem("quadratic", nodes=5, lam=0.2, dim=10, zeta2=1e-20, seed=0)
-
-
-@pytest.fixture(scope="module")
-def nonconvex():
-    return make_problem(
-        "logreg-nonconvex", nodes=5, lam=0.1, samples=200, features=10, seed=2, x0="randn"
-    )
+    """The same with no heterogeneity at the optimum: every f_i is minimised at x*."""
+    return make_problem("quadratic", nodes=5, lam=0.2, dim=10, zeta2=0.0, seed=0)
 
 
 @pytest.fixture(scope="module")
 def logreg():
     return make_problem("logreg", nodes=5, lam=0.1, samples=200, features=10, seed=1)
-
-
-def trajectory(algo, problem, T, seed=0):
-    comm = SimulatedComm(problem.n, seed=seed)
-    state = algo.init(problem.x0, problem, comm)
-    states, infos = [state], []
-    for _ in range(T):
-        state, info = algo.step(state, problem, comm)
-        states.append(state)
-        infos.append(info)
-    return states, infos, comm
 
 
 def final(algo, problem, T, seed=0):
@@ -69,14 +51,6 @@ def final(algo, problem, T, seed=0):
     for _ in range(T):
         state, _ = algo.step(state, problem, comm)
     return state, comm
-
-
-def gd(problem, gamma, T):
-    x, xs = problem.x0.clone(), [problem.x0.clone()]
-    for _ in range(T):
-        x = x - gamma * problem.full_grad(x)
-        xs.append(x)
-    return xs
 
 
 def f_gap(problem, x):

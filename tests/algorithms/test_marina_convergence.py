@@ -12,14 +12,7 @@ from algorithms.marina import MARINA
 from algorithms.pp_marina import PPMARINA
 from algorithms.vr_marina import VRMARINA
 from compressors import parse_spec
-from problems.instances import heterogeneous_ridge
 from problems.registry import make_problem
-
-
-@pytest.fixture(scope="module")
-def ridge():
-    """The heterogeneous ridge of the theory sheet §3.6."""
-    return heterogeneous_ridge()
 
 
 @pytest.fixture(scope="module")

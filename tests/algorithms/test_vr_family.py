@@ -9,6 +9,7 @@ import math
 
 import pytest
 import torch
+from runs import gd
 
 from algorithms import stepsizes
 from algorithms.comm import SimulatedComm
@@ -78,14 +79,6 @@ def trajectory(algo, problem, T, seed=0):
         xs.append(state.x)
         infos.append(info)
     return xs, infos, state, comm
-
-
-def gd(problem, gamma, T):
-    x, xs = problem.x0.clone(), [problem.x0.clone()]
-    for _ in range(T):
-        x = x - gamma * problem.full_grad(x)
-        xs.append(x)
-    return xs
 
 
 def assert_same(xs, ys):

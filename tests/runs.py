@@ -1,0 +1,26 @@
+"""Run helpers for the method tests: a method's trajectory and the plain-GD reference."""
+
+from __future__ import annotations
+
+from algorithms.comm import SimulatedComm
+
+
+def trajectory(algo, problem, T: int, seed: int = 0):
+    """``T`` steps from ``problem.x0``: every state, every step's info, and the comm."""
+    comm = SimulatedComm(problem.n, seed=seed)
+    state = algo.init(problem.x0, problem, comm)
+    states, infos = [state], []
+    for _ in range(T):
+        state, info = algo.step(state, problem, comm)
+        states.append(state)
+        infos.append(info)
+    return states, infos, comm
+
+
+def gd(problem, gamma: float, T: int):
+    """Distributed GD ``x <- x - gamma grad f(x)``: the iterates ``x^0..x^T``."""
+    x, xs = problem.x0.clone(), [problem.x0.clone()]
+    for _ in range(T):
+        x = x - gamma * problem.full_grad(x)
+        xs.append(x)
+    return xs
