@@ -67,6 +67,12 @@ class Theory:
         return dataclasses.asdict(self)
 
 
+def check_choice(name: str, value: object, choices: tuple) -> None:
+    """``ValueError`` naming an option whose value is not one of ``choices``."""
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(map(str, choices))}, got {value!r}")
+
+
 def check_compressor(name: str, needs: str, c: Compressor, d: int, force: bool) -> None:
     """Refuse a compressor outside the class the method's theory needs (unless ``force``)."""
     if force or needs == "any":

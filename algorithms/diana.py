@@ -8,7 +8,7 @@ from typing import ClassVar
 import torch
 
 from algorithms import stepsizes
-from algorithms.base import Algorithm, Option, State, Theory, initial_estimator
+from algorithms.base import Algorithm, Option, State, Theory, check_choice, initial_estimator
 from algorithms.comm.base import Comm
 from algorithms.vr_common import (
     TAG_BATCH,
@@ -74,8 +74,7 @@ class DIANA(Algorithm):
         super().__post_init__()
         if self.alpha is not None and not 0 < self.alpha <= 1:
             raise ValueError(f"alpha must be in (0, 1], got {self.alpha}")
-        if self.init_mode not in INITS:
-            raise ValueError(f"init must be one of {', '.join(INITS)}, got {self.init_mode!r}")
+        check_choice("init", self.init_mode, INITS)
         if self.batch_size is not None and self.batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
 

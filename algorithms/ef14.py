@@ -7,7 +7,7 @@ from typing import ClassVar
 
 import torch
 
-from algorithms.base import Algorithm, Option, State, Theory
+from algorithms.base import Algorithm, Option, State, Theory, check_choice
 from algorithms.comm.base import Comm
 from algorithms.ef21 import ef21_theory
 
@@ -62,8 +62,7 @@ class EF14(Algorithm):
         b = self.batch_size
         if b is not None and (isinstance(b, bool) or not isinstance(b, int) or b < 1):
             raise ValueError(f"batch_size must be a positive integer, got {self.batch_size!r}")
-        if self.regime not in REGIMES:
-            raise ValueError(f"regime must be one of {', '.join(REGIMES)}, got {self.regime!r}")
+        check_choice("regime", self.regime, REGIMES)
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:

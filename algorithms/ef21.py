@@ -8,7 +8,14 @@ from typing import ClassVar
 import torch
 
 from algorithms import stepsizes
-from algorithms.base import Algorithm, Option, State, Theory, initial_estimator
+from algorithms.base import (
+    Algorithm,
+    Option,
+    State,
+    Theory,
+    check_choice,
+    initial_estimator,
+)
 from algorithms.comm.base import Comm
 
 INITS = ("full", "compressed", "zero")
@@ -45,6 +52,31 @@ def ef21_theory(problem, compressor, regime: str = "auto") -> Theory:
     )
 
 
+def ef21_update(
+    C,
+    target_i: torch.Tensor,
+    g_i: torch.Tensor,
+    g: torch.Tensor,
+    comm: Comm,
+    t: int,
+    mask: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, float]:
+    """The EF21 estimator update shared by its variants (arXiv 2106.05203, Alg. 2 lines 5-7):
+    node ``i`` sends ``c_i = C(target_i - g_i)``, ``g_i += c_i``, and the server adds
+    ``(1/n) sum_i c_i`` to ``g``. With ``mask`` (partial participation) only the nodes in it
+    send, and the others keep ``g_i``. Returns ``(g_i, g, c_i, G)`` with
+    ``G = mean_i ||g_i - target_i||^2``."""
+    packet = C.encode(target_i - g_i, comm.rng_for(C, t))
+    c_i = C.decode(packet)
+    weight = None
+    if mask is not None:
+        c_i = torch.where(mask[:, None], c_i, 0.0)
+        weight = mask.to(c_i.dtype) / comm.n
+    g = g + comm.reduce_rows(c_i, packet.nbits, weight)
+    g_i = g_i + c_i
+    return g_i, g, c_i, comm.monitor_mean(((g_i - target_i) ** 2).sum(dim=1))
+
+
 @dataclass(frozen=True)
 class EF21(Algorithm):
     """EF21 (Richtárik, Sokolov & Fatkhullin 2021, arXiv 2106.05203, Algorithm 2).
@@ -78,8 +110,7 @@ class EF21(Algorithm):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.init_mode not in INITS:
-            raise ValueError(f"init must be one of {', '.join(INITS)}, got {self.init_mode!r}")
+        check_choice("init", self.init_mode, INITS)
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:
@@ -93,10 +124,5 @@ class EF21(Algorithm):
         C, t = self.compressor, state.t
         x = state.x - self.gamma * state.g
         comm.broadcast_full(problem.d)
-        grad_i = problem.grad(x)
-        packet = C.encode(grad_i - state.g_i, comm.rng_for(C, t))
-        c_i = C.decode(packet)
-        g_i = state.g_i + c_i
-        g = state.g + comm.reduce_rows(c_i, packet.nbits)
-        G = comm.monitor_mean(((g_i - grad_i) ** 2).sum(dim=1))
+        g_i, g, _, G = ef21_update(C, problem.grad(x), state.g_i, state.g, comm, t)
         return EF21State(x=x, t=t + 1, g_i=g_i, g=g), {"G": G}

@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from algorithms.base import Algorithm, Option, State, Theory, check_compressor
+from algorithms.base import Algorithm, Option, State, Theory, check_choice, check_compressor
 from algorithms.comm.base import Comm
 from algorithms.ef21 import ef21_theory
 from compressors import Compressor
@@ -65,8 +65,7 @@ class EF21BC(Algorithm):
             object.__setattr__(self, "down_compressor", Identity())
         if not isinstance(self.down_compressor, Compressor):
             raise ValueError(f"down_compressor must be a Compressor, got {self.down_compressor!r}")
-        if self.init_mode not in INITS:
-            raise ValueError(f"init must be one of {', '.join(INITS)}, got {self.init_mode!r}")
+        check_choice("init", self.init_mode, INITS)
 
     @classmethod
     def configure(cls, problem, compressor, *, force: bool = False, **opts: Any):

@@ -7,9 +7,9 @@ from typing import ClassVar
 
 import torch
 
-from algorithms.base import Algorithm, Option, State, Theory, initial_estimator
+from algorithms.base import Algorithm, Option, State, Theory, check_choice, initial_estimator
 from algorithms.comm.base import Comm
-from algorithms.ef21 import INITS, ef21_theory
+from algorithms.ef21 import INITS, ef21_theory, ef21_update
 
 REGIMES = ("auto", "nonconvex", "pl")
 
@@ -56,10 +56,8 @@ class EF21HB(Algorithm):
         super().__post_init__()
         if not 0 <= self.eta < 1:
             raise ValueError(f"eta must be in [0, 1), got {self.eta}")
-        if self.init_mode not in INITS:
-            raise ValueError(f"init must be one of {', '.join(INITS)}, got {self.init_mode!r}")
-        if self.regime not in REGIMES:
-            raise ValueError(f"regime must be one of {', '.join(REGIMES)}, got {self.regime!r}")
+        check_choice("init", self.init_mode, INITS)
+        check_choice("regime", self.regime, REGIMES)
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:
@@ -79,11 +77,6 @@ class EF21HB(Algorithm):
         C, t = self.compressor, state.t
         x = state.x - self.gamma * state.v
         comm.broadcast_full(problem.d)
-        grad_i = problem.grad(x)
-        packet = C.encode(grad_i - state.g_i, comm.rng_for(C, t))
-        c_i = C.decode(packet)
-        g_i = state.g_i + c_i
-        g = state.g + comm.reduce_rows(c_i, packet.nbits)
+        g_i, g, _, G = ef21_update(C, problem.grad(x), state.g_i, state.g, comm, t)
         v = self.eta * state.v + g if self.eta != 0 else g
-        G = comm.monitor_mean(((g_i - grad_i) ** 2).sum(dim=1))
         return EF21HBState(x=x, t=t + 1, g_i=g_i, g=g, v=v), {"G": G}

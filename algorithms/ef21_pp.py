@@ -9,9 +9,9 @@ from typing import ClassVar
 import torch
 
 from algorithms import stepsizes
-from algorithms.base import Algorithm, Option, Theory, initial_estimator
+from algorithms.base import Algorithm, Option, Theory, check_choice, initial_estimator
 from algorithms.comm.base import Comm
-from algorithms.ef21 import INITS, EF21State
+from algorithms.ef21 import INITS, EF21State, ef21_update
 
 TAG_PARTICIPATE = 0x9A27
 SAMPLINGS = ("poisson", "nice")
@@ -78,8 +78,7 @@ class EF21PP(Algorithm):
             raise ValueError(f"participation must be in (0, 1], got {self.participation}")
         if self.sampling not in SAMPLINGS:
             raise ValueError(f"sampling must be poisson or nice, got {self.sampling!r}")
-        if self.init_mode not in INITS:
-            raise ValueError(f"init must be one of {', '.join(INITS)}, got {self.init_mode!r}")
+        check_choice("init", self.init_mode, INITS)
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:
@@ -106,12 +105,10 @@ class EF21PP(Algorithm):
         comm.broadcast_full(problem.d)
         grad_i = problem.grad(x)
         mask = participation_mask(comm, t, self.participation, self.sampling).to(grad_i.device)
-        packet = C.encode(grad_i - state.g_i, comm.rng_for(C, t))
-        c_i = torch.where(mask[:, None], C.decode(packet), 0.0)
         # full participation sums as EF21 does (bit-identical iterates)
-        weight = None if self.participation == 1 else mask.to(grad_i.dtype) / comm.n
-        g = state.g + comm.reduce_rows(c_i, packet.nbits, weight)
-        g_i = state.g_i + c_i
-        G = comm.monitor_mean(((g_i - grad_i) ** 2).sum(dim=1))
+        full = self.participation == 1
+        g_i, g, _, G = ef21_update(
+            C, grad_i, state.g_i, state.g, comm, t, mask=None if full else mask
+        )
         share = comm.monitor_mean(mask.to(torch.float64))
         return EF21State(x=x, t=t + 1, g_i=g_i, g=g), {"G": G, "participants": share}

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from algorithms.base import Algorithm, Option, Theory, initial_estimator
+from algorithms.base import Algorithm, Option, Theory, check_choice, initial_estimator
 from algorithms.comm.base import Comm
-from algorithms.ef21 import INITS, EF21State, ef21_theory
+from algorithms.ef21 import INITS, EF21State, ef21_theory, ef21_update
 
 TAG_BATCH = 0xE5D1
 REGIMES = ("auto", "nonconvex", "pl")
@@ -51,10 +51,8 @@ class EF21SGD(Algorithm):
         b = self.batch_size
         if b is not None and (isinstance(b, bool) or not isinstance(b, int) or b < 1):
             raise ValueError(f"batch_size must be a positive integer, got {b!r}")
-        if self.init_mode not in INITS:
-            raise ValueError(f"init must be one of {', '.join(INITS)}, got {self.init_mode!r}")
-        if self.regime not in REGIMES:
-            raise ValueError(f"regime must be one of {', '.join(REGIMES)}, got {self.regime!r}")
+        check_choice("init", self.init_mode, INITS)
+        check_choice("regime", self.regime, REGIMES)
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:
@@ -77,7 +75,5 @@ class EF21SGD(Algorithm):
         batch = None
         if self.batch_size is not None:
             batch = problem.sample(comm.rng(t, tag=TAG_BATCH), self.batch_size)
-        packet = C.encode(problem.grad(x, batch) - state.g_i, comm.rng_for(C, t))
-        c_i = C.decode(packet)
-        g = state.g + comm.reduce_rows(c_i, packet.nbits)
-        return EF21State(x=x, t=t + 1, g_i=state.g_i + c_i, g=g), {}
+        g_i, g, _, _ = ef21_update(C, problem.grad(x, batch), state.g_i, state.g, comm, t)
+        return EF21State(x=x, t=t + 1, g_i=g_i, g=g), {}

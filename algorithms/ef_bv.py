@@ -9,7 +9,7 @@ from typing import ClassVar
 import torch
 
 from algorithms import stepsizes
-from algorithms.base import Algorithm, Option, State, Theory, initial_estimator
+from algorithms.base import Algorithm, Option, State, Theory, check_choice, initial_estimator
 from algorithms.comm.base import Comm
 from compressors import Compressor
 
@@ -92,10 +92,8 @@ class EFBV(Algorithm):
                 object.__setattr__(self, name, 1.0)
             elif not 0 < v <= 1:
                 raise ValueError(f"{name} must be in (0, 1], got {v}")
-        if self.init_mode not in INITS:
-            raise ValueError(f"init must be one of {', '.join(INITS)}, got {self.init_mode!r}")
-        if self.regime not in REGIMES:
-            raise ValueError(f"regime must be one of {', '.join(REGIMES)}, got {self.regime!r}")
+        check_choice("init", self.init_mode, INITS)
+        check_choice("regime", self.regime, REGIMES)
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:

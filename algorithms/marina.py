@@ -8,7 +8,7 @@ from typing import ClassVar
 import torch
 
 from algorithms import stepsizes
-from algorithms.base import Algorithm, Option, State, Theory
+from algorithms.base import Algorithm, Option, State, Theory, check_choice
 from algorithms.comm.base import Comm
 from algorithms.vr_common import (
     P_HELP,
@@ -70,8 +70,7 @@ class MARINA(Algorithm):
         super().__post_init__()
         if self.p is not None and not 0 < self.p <= 1:
             raise ValueError(f"p must be in (0, 1], got {self.p}")
-        if self.regime not in REGIMES:
-            raise ValueError(f"regime must be one of {', '.join(REGIMES)}, got {self.regime!r}")
+        check_choice("regime", self.regime, REGIMES)
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:

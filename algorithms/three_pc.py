@@ -10,7 +10,7 @@ import torch
 
 from algorithms import stepsizes
 from algorithms import three_pc_mechanisms as mech
-from algorithms.base import Algorithm, Option, State, Theory, initial_estimator
+from algorithms.base import Algorithm, Option, State, Theory, check_choice, initial_estimator
 from algorithms.comm.base import Comm
 from algorithms.ef21 import INITS
 from compressors import Compressor, parse_spec
@@ -125,10 +125,8 @@ class ThreePC(Algorithm):
             raise ValueError(f"p must be in (0, 1], got {self.p}")
         if self.mechanism == "v5" and self.p is None:
             raise ValueError("3PCv5 needs p (configure() sets it to delta of the compressor)")
-        if self.init_mode not in INITS:
-            raise ValueError(f"init must be one of {', '.join(INITS)}, got {self.init_mode!r}")
-        if self.regime not in REGIMES:
-            raise ValueError(f"regime must be one of {', '.join(REGIMES)}, got {self.regime!r}")
+        check_choice("init", self.init_mode, INITS)
+        check_choice("regime", self.regime, REGIMES)
         if self.mechanism_compressor is not None:
             C2 = _parse(self.mechanism_compressor, 1)
             if self.mechanism == "v2" and not C2.unbiased:
