@@ -52,7 +52,8 @@ def parity(tmp_path, nproc: int, argv: list[str]) -> None:
     "argv",
     [
         ["ef21", "--compressor", "topk:k=2"],  # deterministic compressor
-        ["marina", "--compressor", "randk:k=3"],  # per-node streams and a shared coin
+        ["marina", "--compressor", "randk:k=3"],  # per-node streams, a shared coin, all-gather
+        ["marina", "--compressor", "randk:k=3,shared=true"],  # one support: all-reduce of k
     ],
 )
 def test_gloo_two_processes_match_the_simulation(tmp_path, argv):
@@ -64,6 +65,7 @@ def test_gloo_two_processes_match_the_simulation(tmp_path, argv):
     "argv",
     [
         ["dcgd", "--compressor", "natural"],
+        ["dcgd", "--compressor", "topk:k=2", "--step", "0.05"],
         ["diana", "--compressor", "randk:k=3"],
         ["dasha", "--compressor", "randk:k=3"],
         ["ef21-pp", "--compressor", "topk:k=2", "--participation", "0.5"],
