@@ -72,7 +72,7 @@ def ef21_update(
     if mask is not None:
         c_i = torch.where(mask[:, None], c_i, 0.0)
         weight = mask.to(c_i.dtype) / comm.n
-    g = g + comm.reduce_rows(c_i, packet.nbits, weight)
+    g = g + comm.reduce(packet, C, weight, decoded=c_i)
     g_i = g_i + c_i
     return g_i, g, c_i, comm.monitor_mean(((g_i - target_i) ** 2).sum(dim=1))
 

@@ -97,11 +97,18 @@ class Comm:
 
     # ------------------------------------------------------------ reductions
     def reduce(
-        self, packet: Packet, compressor: Compressor, weight: torch.Tensor | None = None
+        self,
+        packet: Packet,
+        compressor: Compressor,
+        weight: torch.Tensor | None = None,
+        decoded: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """``sum_i w_i decode(packet)_i`` over all nodes, ``w_i = 1/n`` by default; each row
-        with ``w_i != 0`` is charged its payload's bits uplink."""
-        return self.reduce_rows(compressor.decode(packet), packet.nbits, weight)
+        with ``w_i != 0`` is charged its payload's bits uplink. ``decoded`` may pass the rows
+        already decoded (a method that keeps them); a backend that moves the payload itself
+        (torch.distributed, sparse payloads) ignores it."""
+        rows = compressor.decode(packet) if decoded is None else decoded
+        return self.reduce_rows(rows, packet.nbits, weight)
 
     def reduce_full(self, x_i: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
         """The same for uncompressed rows, charged ``float_bits * d`` each."""

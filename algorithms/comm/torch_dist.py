@@ -46,9 +46,11 @@ class TorchDistComm(Comm):
         nbytes = sum(t.numel() * t.element_size() for t in tensors)
         self.ledger.extra["wire_bytes"] = self.ledger.extra.get("wire_bytes", 0) + nbytes
 
-    def reduce(self, packet, compressor, weight: torch.Tensor | None = None) -> torch.Tensor:
+    def reduce(
+        self, packet, compressor, weight: torch.Tensor | None = None, decoded=None
+    ) -> torch.Tensor:
         if not compressor.sparsifier:
-            return super().reduce(packet, compressor, weight)
+            return super().reduce(packet, compressor, weight, decoded)
         w = self._weight(weight)
         if w != 0.0:
             self.ledger.charge_up(packet.nbits)
