@@ -73,6 +73,22 @@ def check_choice(name: str, value: object, choices: tuple) -> None:
         raise ValueError(f"{name} must be one of {', '.join(map(str, choices))}, got {value!r}")
 
 
+def check_unit(name: str, value: float | None, optional: bool = True) -> None:
+    """``ValueError`` unless ``value`` is in ``(0, 1]`` (or None, where ``optional``)."""
+    if value is None and optional:
+        return
+    if value is None or isinstance(value, bool) or not 0 < value <= 1:
+        raise ValueError(f"{name} must be in (0, 1], got {value!r}")
+
+
+def check_count(name: str, value: int | None, optional: bool = True) -> None:
+    """``ValueError`` unless ``value`` is a positive integer (or None, where ``optional``)."""
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
 def check_compressor(name: str, needs: str, c: Compressor, d: int, force: bool) -> None:
     """Refuse a compressor outside the class the method's theory needs (unless ``force``)."""
     if force or needs == "any":

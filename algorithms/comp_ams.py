@@ -8,7 +8,7 @@ from typing import ClassVar
 import torch
 
 from algorithms import stepsizes
-from algorithms.base import Algorithm, Option, State, Theory
+from algorithms.base import Algorithm, Option, State, Theory, check_count
 from algorithms.comm.base import Comm
 from algorithms.vr_common import TAG_BATCH, need
 
@@ -76,8 +76,7 @@ class CompAMS(Algorithm):
                 raise ValueError(f"{name} must be in [0, 1), got {value}")
         if not self.eps > 0:
             raise ValueError(f"eps must be > 0, got {self.eps}")
-        if self.batch_size is not None and self.batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+        check_count("batch_size", self.batch_size)
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:

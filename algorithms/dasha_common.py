@@ -10,7 +10,7 @@ from typing import ClassVar
 import torch
 
 from algorithms import stepsizes
-from algorithms.base import Algorithm, Option, State, check_choice, initial_estimator
+from algorithms.base import Algorithm, Option, State, check_choice, check_unit, initial_estimator
 from algorithms.comm.base import Comm
 from algorithms.vr_common import ab_kind, effective_omega, need_unbiased, resolved
 
@@ -55,8 +55,7 @@ class DASHABase(Algorithm):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.momentum is not None and not 0 < self.momentum <= 1:
-            raise ValueError(f"momentum must be in (0, 1], got {self.momentum}")
+        check_unit("momentum", self.momentum)
         check_choice("init", self.init_mode, INITS)
 
     def _a(self, d: int) -> float:

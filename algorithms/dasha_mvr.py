@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from algorithms import stepsizes
-from algorithms.base import Option, Theory
+from algorithms.base import Option, Theory, check_count, check_unit
 from algorithms.comm.base import Comm
 from algorithms.dasha_common import COMMON_OPTIONS, SOURCE, DASHABase, DASHAState, dasha_inputs
 from algorithms.vr_common import (
@@ -54,10 +54,8 @@ class DASHAMVR(DASHABase):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.batch_size is None or self.batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
-        if self.b is not None and not 0 < self.b <= 1:
-            raise ValueError(f"mvr-b must be in (0, 1], got {self.b}")
+        check_count("batch_size", self.batch_size, optional=False)
+        check_unit("mvr-b", self.b)
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:

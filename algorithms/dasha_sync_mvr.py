@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from algorithms import stepsizes
-from algorithms.base import Option, Theory
+from algorithms.base import Option, Theory, check_count, check_unit
 from algorithms.comm.base import Comm
 from algorithms.dasha_common import COMMON_OPTIONS, SOURCE, DASHABase, DASHAState, dasha_inputs
 from algorithms.vr_common import (
@@ -71,12 +71,9 @@ class DASHASYNCMVR(DASHABase):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.batch_size is None or self.batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
-        if self.mega_batch is not None and self.mega_batch < 1:
-            raise ValueError(f"mega-batch must be >= 1, got {self.mega_batch}")
-        if self.p is not None and not 0 < self.p <= 1:
-            raise ValueError(f"p must be in (0, 1], got {self.p}")
+        check_count("batch_size", self.batch_size, optional=False)
+        check_count("mega-batch", self.mega_batch)
+        check_unit("p", self.p)
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:

@@ -8,7 +8,16 @@ from typing import ClassVar
 import torch
 
 from algorithms import stepsizes
-from algorithms.base import Algorithm, Option, State, Theory, check_choice, initial_estimator
+from algorithms.base import (
+    Algorithm,
+    Option,
+    State,
+    Theory,
+    check_choice,
+    check_count,
+    check_unit,
+    initial_estimator,
+)
 from algorithms.comm.base import Comm
 from algorithms.vr_common import (
     TAG_BATCH,
@@ -72,11 +81,9 @@ class DIANA(Algorithm):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.alpha is not None and not 0 < self.alpha <= 1:
-            raise ValueError(f"alpha must be in (0, 1], got {self.alpha}")
+        check_unit("alpha", self.alpha)
         check_choice("init", self.init_mode, INITS)
-        if self.batch_size is not None and self.batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+        check_count("batch_size", self.batch_size)
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:

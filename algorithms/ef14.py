@@ -7,7 +7,7 @@ from typing import ClassVar
 
 import torch
 
-from algorithms.base import Algorithm, Option, State, Theory, check_choice
+from algorithms.base import Algorithm, Option, State, Theory, check_choice, check_count
 from algorithms.comm.base import Comm
 from algorithms.ef21 import ef21_theory
 
@@ -59,9 +59,7 @@ class EF14(Algorithm):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        b = self.batch_size
-        if b is not None and (isinstance(b, bool) or not isinstance(b, int) or b < 1):
-            raise ValueError(f"batch_size must be a positive integer, got {self.batch_size!r}")
+        check_count("batch_size", self.batch_size)
         check_choice("regime", self.regime, REGIMES)
 
     @classmethod

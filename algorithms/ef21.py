@@ -52,6 +52,19 @@ def ef21_theory(problem, compressor, regime: str = "auto") -> Theory:
     )
 
 
+def borrowed_ef21_theory(problem, compressor, opts, method: str, note: str = "") -> Theory:
+    """EF21's step for a variant whose own step constants are unverified (theory sheet §2.4,
+    §2.6, §2.7 [U]), as the authors' experiments use it (Fatkhullin et al. 2021,
+    arXiv 2110.03294): the formula and source say so."""
+    th = ef21_theory(problem, compressor, opts.get("regime", "auto"))
+    return Theory(
+        gamma=th.gamma,
+        formula=th.formula + f" (EF21's step{note})",
+        inputs=th.inputs,
+        source=th.source + f"; {method}'s own constants are unverified, arXiv 2110.03294",
+    )
+
+
 def ef21_update(
     C,
     target_i: torch.Tensor,

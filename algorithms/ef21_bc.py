@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -9,7 +10,7 @@ import torch
 
 from algorithms.base import Algorithm, Option, State, Theory, check_choice, check_compressor
 from algorithms.comm.base import Comm
-from algorithms.ef21 import ef21_theory
+from algorithms.ef21 import borrowed_ef21_theory
 from compressors import Compressor
 from compressors.identity import Identity
 
@@ -78,19 +79,13 @@ class EF21BC(Algorithm):
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:
-        th = ef21_theory(problem, compressor, opts.get("regime", "auto"))
+        th = borrowed_ef21_theory(problem, compressor, opts, "EF21-BC", " with alpha = alpha_w")
         down = opts.get("down_compressor") or Identity()
-        inputs = dict(th.inputs)
         try:
-            inputs["alpha_M"] = down.delta(problem.d)
+            alpha_M = down.delta(problem.d)
         except ValueError:
-            inputs["alpha_M"] = None
-        return Theory(
-            gamma=th.gamma,
-            formula=th.formula + " with alpha = alpha_w (EF21's step, as the authors' code)",
-            inputs=inputs,
-            source=th.source + "; EF21-BC's own constants are unverified, arXiv 2110.03294",
-        )
+            alpha_M = None
+        return dataclasses.replace(th, inputs={**th.inputs, "alpha_M": alpha_M})
 
     def init(self, x0, problem, comm: Comm) -> EF21BCState:
         C, grad_i = self.compressor, problem.grad(x0)

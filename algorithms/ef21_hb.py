@@ -9,7 +9,7 @@ import torch
 
 from algorithms.base import Algorithm, Option, State, Theory, check_choice, initial_estimator
 from algorithms.comm.base import Comm
-from algorithms.ef21 import INITS, ef21_theory, ef21_update
+from algorithms.ef21 import INITS, borrowed_ef21_theory, ef21_update
 
 REGIMES = ("auto", "nonconvex", "pl")
 
@@ -61,13 +61,7 @@ class EF21HB(Algorithm):
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:
-        th = ef21_theory(problem, compressor, opts.get("regime", "auto"))
-        return Theory(
-            gamma=th.gamma,
-            formula=th.formula + " (EF21's step, for every eta)",
-            inputs=th.inputs,
-            source=th.source + "; EF21-HB's own constants are unverified, arXiv 2110.03294",
-        )
+        return borrowed_ef21_theory(problem, compressor, opts, "EF21-HB", ", for every eta")
 
     def init(self, x0, problem, comm: Comm) -> EF21HBState:
         g_i, g = initial_estimator(self.init_mode, problem.grad(x0), self.compressor, comm)

@@ -9,7 +9,7 @@ from typing import ClassVar
 import torch
 
 from algorithms import stepsizes
-from algorithms.base import Algorithm, Option, Theory, check_choice, initial_estimator
+from algorithms.base import Algorithm, Option, Theory, check_choice, check_unit, initial_estimator
 from algorithms.comm.base import Comm
 from algorithms.ef21 import INITS, EF21State, ef21_update
 
@@ -74,8 +74,7 @@ class EF21PP(Algorithm):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if not 0 < self.participation <= 1:
-            raise ValueError(f"participation must be in (0, 1], got {self.participation}")
+        check_unit("participation", self.participation, optional=False)
         if self.sampling not in SAMPLINGS:
             raise ValueError(f"sampling must be poisson or nice, got {self.sampling!r}")
         check_choice("init", self.init_mode, INITS)

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from algorithms.base import Algorithm, Option, Theory, check_choice, initial_estimator
+from algorithms.base import Algorithm, Option, Theory, check_choice, check_count, initial_estimator
 from algorithms.comm.base import Comm
-from algorithms.ef21 import INITS, EF21State, ef21_theory, ef21_update
+from algorithms.ef21 import INITS, EF21State, borrowed_ef21_theory, ef21_update
 
 TAG_BATCH = 0xE5D1
 REGIMES = ("auto", "nonconvex", "pl")
@@ -48,21 +48,13 @@ class EF21SGD(Algorithm):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        b = self.batch_size
-        if b is not None and (isinstance(b, bool) or not isinstance(b, int) or b < 1):
-            raise ValueError(f"batch_size must be a positive integer, got {b!r}")
+        check_count("batch_size", self.batch_size)
         check_choice("init", self.init_mode, INITS)
         check_choice("regime", self.regime, REGIMES)
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:
-        th = ef21_theory(problem, compressor, opts.get("regime", "auto"))
-        return Theory(
-            gamma=th.gamma,
-            formula=th.formula + " (EF21's step)",
-            inputs=th.inputs,
-            source=th.source + "; EF21-SGD's own constants are unverified, arXiv 2110.03294",
-        )
+        return borrowed_ef21_theory(problem, compressor, opts, "EF21-SGD")
 
     def init(self, x0, problem, comm: Comm) -> EF21State:
         g_i, g = initial_estimator(self.init_mode, problem.grad(x0), self.compressor, comm)

@@ -8,7 +8,7 @@ from typing import ClassVar
 import torch
 
 from algorithms import stepsizes
-from algorithms.base import Algorithm, Option, State, Theory, check_choice
+from algorithms.base import Algorithm, Option, State, Theory, check_choice, check_unit
 from algorithms.comm.base import Comm
 from algorithms.vr_common import (
     P_HELP,
@@ -68,8 +68,7 @@ class MARINA(Algorithm):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.p is not None and not 0 < self.p <= 1:
-            raise ValueError(f"p must be in (0, 1], got {self.p}")
+        check_unit("p", self.p)
         check_choice("regime", self.regime, REGIMES)
 
     @classmethod

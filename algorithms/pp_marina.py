@@ -8,7 +8,7 @@ from typing import ClassVar
 import torch
 
 from algorithms import stepsizes
-from algorithms.base import Algorithm, Option, Theory
+from algorithms.base import Algorithm, Option, Theory, check_unit
 from algorithms.comm.base import Comm
 from algorithms.marina import MARINAState
 from algorithms.vr_common import (
@@ -65,10 +65,8 @@ class PPMARINA(Algorithm):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if not 0 < self.participation <= 1:
-            raise ValueError(f"participation must be in (0, 1], got {self.participation}")
-        if self.p is not None and not 0 < self.p <= 1:
-            raise ValueError(f"p must be in (0, 1], got {self.p}")
+        check_unit("participation", self.participation, optional=False)
+        check_unit("p", self.p)
 
     @staticmethod
     def default_p(compressor, d: int, n: int, r: int) -> float:

@@ -10,7 +10,15 @@ import torch
 
 from algorithms import stepsizes
 from algorithms import three_pc_mechanisms as mech
-from algorithms.base import Algorithm, Option, State, Theory, check_choice, initial_estimator
+from algorithms.base import (
+    Algorithm,
+    Option,
+    State,
+    Theory,
+    check_choice,
+    check_unit,
+    initial_estimator,
+)
 from algorithms.comm.base import Comm
 from algorithms.ef21 import INITS
 from compressors import Compressor, parse_spec
@@ -121,8 +129,7 @@ class ThreePC(Algorithm):
             )
         if not self.zeta >= 0:
             raise ValueError(f"zeta must be >= 0, got {self.zeta}")
-        if self.p is not None and not 0 < self.p <= 1:
-            raise ValueError(f"p must be in (0, 1], got {self.p}")
+        check_unit("p", self.p)
         if self.mechanism == "v5" and self.p is None:
             raise ValueError("3PCv5 needs p (configure() sets it to delta of the compressor)")
         check_choice("init", self.init_mode, INITS)

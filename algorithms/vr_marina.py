@@ -8,7 +8,7 @@ from typing import ClassVar
 import torch
 
 from algorithms import stepsizes
-from algorithms.base import Algorithm, Option, State, Theory
+from algorithms.base import Algorithm, Option, State, Theory, check_count, check_unit
 from algorithms.comm.base import Comm
 from algorithms.vr_common import (
     P_HELP,
@@ -68,10 +68,8 @@ class VRMARINA(Algorithm):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.batch_size is None or self.batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
-        if self.p is not None and not 0 < self.p <= 1:
-            raise ValueError(f"p must be in (0, 1], got {self.p}")
+        check_count("batch_size", self.batch_size, optional=False)
+        check_unit("p", self.p)
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:
