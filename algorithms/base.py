@@ -252,7 +252,7 @@ def initial_estimator(
     if init == "compressed":
         packet = compressor.encode(g_i, comm.rng_for(compressor, t_rng))
         c_i = compressor.decode(packet)
-        return c_i, comm.reduce_rows(c_i, packet.nbits)
+        return c_i, comm.reduce(packet, compressor, decoded=c_i)
     if init == "zero":
         return torch.zeros_like(g_i), torch.zeros_like(g_i[0])
     raise ValueError(f"init must be full, compressed or zero, got {init!r}")

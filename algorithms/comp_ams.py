@@ -105,7 +105,7 @@ class CompAMS(Algorithm):
         p_i = problem.grad(state.x, batch) + state.e_i
         packet = C.encode(p_i, comm.rng_for(C, t))
         c_i = C.decode(packet)
-        g_bar = comm.reduce_rows(c_i, packet.nbits)
+        g_bar = comm.reduce(packet, C, decoded=c_i)
         e_i = p_i - c_i
         m = self.beta1 * state.m + (1.0 - self.beta1) * g_bar
         v = self.beta2 * state.v + (1.0 - self.beta2) * g_bar**2

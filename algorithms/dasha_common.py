@@ -87,6 +87,6 @@ class DASHABase(Algorithm):
         packet = C.encode(h_i - state.h_i - a * (state.g_i - state.h_i), comm.rng_for(C, t))
         m_i = C.decode(packet)
         g_i = state.g_i + m_i
-        g = state.g + comm.reduce_rows(m_i, packet.nbits)
+        g = state.g + comm.reduce(packet, C, decoded=m_i)
         extras["G"] = comm.monitor_mean(((g_i - h_i) ** 2).sum(dim=1))
         return DASHAState(x=x, t=t + 1, g=g, g_i=g_i, h_i=h_i), extras

@@ -138,7 +138,7 @@ class DIANA(Algorithm):
             batch = problem.sample(comm.rng(t, tag=TAG_BATCH), self.batch_size)
         packet = C.encode(problem.grad(state.x, batch) - state.h_i, comm.rng_for(C, t))
         delta_i = C.decode(packet)
-        delta = comm.reduce_rows(delta_i, packet.nbits)
+        delta = comm.reduce(packet, C, decoded=delta_i)
         x = state.x - self.gamma * (state.h + delta)
         h_i = state.h_i + alpha * delta_i
         h = state.h + alpha * delta

@@ -85,7 +85,7 @@ class EF14(Algorithm):
         p_i = state.e_i + self.gamma * problem.grad(state.x, batch)
         packet = C.encode(p_i, comm.rng_for(C, t))
         v_i = C.decode(packet)
-        x = state.x - comm.reduce_rows(v_i, packet.nbits)
+        x = state.x - comm.reduce(packet, C, decoded=v_i)
         e_i = p_i - v_i
         E = comm.monitor_mean((e_i**2).sum(dim=1))
         return EF14State(x=x, t=t + 1, e_i=e_i), {"E": E}

@@ -94,7 +94,7 @@ class EF21BC(Algorithm):
         elif self.init_mode == "compressed":
             packet = C.encode(grad_i, comm.rng_for(C, -1))
             gt_i = C.decode(packet)
-            gt = comm.reduce_rows(gt_i, packet.nbits)
+            gt = comm.reduce(packet, C, decoded=gt_i)
         else:
             gt_i, gt = torch.zeros_like(grad_i), torch.zeros_like(x0)
         if self.init_mode != "zero":
@@ -108,7 +108,7 @@ class EF21BC(Algorithm):
         packet = C.encode(grad_i - state.gt_i, comm.rng_for(C, t))
         c_i = C.decode(packet)
         gt_i = state.gt_i + c_i
-        gt = state.gt + comm.reduce_rows(c_i, packet.nbits)
+        gt = state.gt + comm.reduce(packet, C, decoded=c_i)
         down = CM.encode((gt - state.g)[None, :], comm.server_rng(t, tag=TAG_DOWN))
         g = state.g + comm.broadcast(down, CM)
         G = comm.monitor_mean(((gt_i - grad_i) ** 2).sum(dim=1))

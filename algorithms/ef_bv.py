@@ -155,7 +155,7 @@ class EFBV(Algorithm):
         G = comm.monitor_mean(((state.h_i - grad_i) ** 2).sum(dim=1))
         packet = C.encode(grad_i - state.h_i, comm.rng_for(C, t))
         d_i = C.decode(packet)
-        d = comm.reduce_rows(d_i, packet.nbits)
+        d = comm.reduce(packet, C, decoded=d_i)
         g = state.h + self.nu * d
         h = state.h + self.lam * d
         h_i = state.h_i + self.lam * d_i

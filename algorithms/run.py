@@ -4,7 +4,20 @@ Writes ``config.json`` (everything needed to rerun: argv, resolved parameters, t
 constants, the compressor's constant and bit model, the step size and its formula, versions),
 ``history.csv`` (``iter, bits_up, bits_down, f, f_gap, grad_norm_sq, wall_s`` and more, one row per
 logged iteration, flushed as it goes) and ``summary.json`` into ``--out``. Exit status: 0 done,
-2 bad input, 3 diverged (history up to that point is kept).
+2 bad input, 3 diverged (history up to that point is kept), 4 a collective failed under
+torchrun (a rank died or hung past ``--timeout``).
+
+Time: ``wall_s`` is the cumulative time inside the method (initialisation and steps, not the
+logging evaluations); ``t_encode``, ``t_communicate`` and ``t_decode`` are the parts of it spent
+in compressors' encode/decode and in the comm layer's reductions, ``t_compute`` the rest
+(gradients and state updates). ``wire_bytes_up`` is the mean over nodes of the payload bytes
+handed to collectives (torch.distributed runs only).
+
+Checkpoints: with ``--checkpoint-every K`` every process writes its whole state (iterate, every
+held node's buffers, the bit ledger, the clocks) to ``OUT/checkpoint/`` every ``K`` iterations
+and at the end; ``--resume OUT`` continues that run (same arguments, optionally more
+``--iters``) along the trajectory an uninterrupted run takes, since every random draw is keyed by
+``(seed, t, node)``.
 """
 
 from __future__ import annotations
@@ -31,15 +44,20 @@ from tqdm import tqdm
 from algorithms.base import Algorithm
 from algorithms.comm import SimulatedComm
 from algorithms.registry import ALGORITHMS, ALIASES, get_algorithm
-from compressors import COMPRESSORS, Compressor, parse_spec
+from compressors import COMPRESSORS, Blockwise, Compressor, parse_spec
+from compressors.timing import Stopwatch, recording
 
 log = logging.getLogger("compzoo.run")
 
-EXIT_OK, EXIT_BAD_INPUT, EXIT_DIVERGED = 0, 2, 3
+EXIT_OK, EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_COMM = 0, 2, 3, 4
+TIME_COLUMNS = ["wall_s", "t_compute", "t_encode", "t_communicate", "t_decode"]
 HISTORY_COLUMNS = [
     "iter", "bits_up", "bits_down", "f", "f_gap", "grad_norm_sq", "wall_s",
-    "bits_up_max", "bits_down_max",
+    "bits_up_max", "bits_down_max", "wire_bytes_up", "test_loss", "test_acc",
+    "t_compute", "t_encode", "t_communicate", "t_decode",
 ]  # fmt: skip
+# What --resume lets a continued run change; everything else comes from the run's config.json.
+RESUME_OVERRIDES = ("iters", "checkpoint_every", "quiet", "timeout", "backend", "max_bits", "tol")
 
 
 class BadInput(ValueError):
@@ -132,6 +150,26 @@ def build_parser() -> argparse.ArgumentParser:
         help="torch.distributed backend under torchrun (default: nccl on cuda, else gloo)",
     )
     r.add_argument(
+        "--checkpoint-every",
+        type=int,
+        default=None,
+        metavar="K",
+        help="save the whole run state every K iterations (and at the end) to OUT/checkpoint",
+    )
+    r.add_argument(
+        "--resume",
+        default=None,
+        metavar="DIR",
+        help="continue the run in DIR from its checkpoint (may change: "
+        + ", ".join("--" + k.replace("_", "-") for k in RESUME_OVERRIDES)
+        + ")",
+    )
+    r.add_argument(
+        "--layerwise",
+        action="store_true",
+        help="compress each parameter tensor separately (deep-net problems)",
+    )
+    r.add_argument(
         "--timeout",
         type=float,
         default=300.0,
@@ -205,7 +243,46 @@ def _parse_knobs(problem: str, items: list[str]) -> dict[str, Any]:
     return knobs
 
 
+def _given(ap: argparse.ArgumentParser, tokens: list[str]) -> set[str]:
+    """The destinations of the options written out in ``tokens``."""
+    out = set()
+    for tok in tokens:
+        action = ap._option_string_actions.get(tok.split("=", 1)[0]) if tok[:2] == "--" else None
+        if action is not None:
+            out.add(action.dest)
+    return out
+
+
+def resume_args(tokens: list[str], args: argparse.Namespace) -> argparse.Namespace:
+    """The arguments of the run in ``args.resume``, with the overrides ``tokens`` give."""
+    folder = Path(args.resume)
+    cfg = folder / "config.json"
+    if not cfg.is_file():
+        raise BadInput(f"--resume {args.resume!r}: no config.json there; give a run's folder")
+    config = json.loads(cfg.read_text())
+    ap = build_parser()
+    given = _given(ap, tokens) - {"resume"}
+    others = sorted(given - set(RESUME_OVERRIDES))
+    if others or args.algorithm is not None:
+        bad = ", ".join("--" + k.replace("_", "-") for k in others) or args.algorithm
+        allowed = ", ".join("--" + k.replace("_", "-") for k in RESUME_OVERRIDES)
+        raise BadInput(
+            f"--resume continues a run with its own arguments; it may change only {allowed}, "
+            f"got {bad}"
+        )
+    new = ap.parse_args(config["argv"])
+    new._argv = config["argv"]
+    for key in given:
+        setattr(new, key, getattr(args, key))
+    new.nodes = config["args"]["nodes"]
+    new.log_every = config["args"]["log_every"]
+    new.resume = new.out = str(folder)
+    return new
+
+
 def _out_dir(args, algo_name: str) -> Path:
+    if args.resume is not None:
+        return Path(args.resume)
     if args.out is None:
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
         base = Path("runs") / f"{algo_name}-{stamp}"
@@ -277,6 +354,10 @@ def configure(args) -> tuple[Algorithm, Any, dict[str, Any]]:
             raise BadInput(f"{key} must be >= 1, got {val}")
     if args.log_every is not None and args.log_every < 1:
         raise BadInput(f"--log-every must be >= 1, got {args.log_every}")
+    if args.log_every is None:
+        args.log_every = max(1, args.iters // 1000)
+    if args.checkpoint_every is not None and args.checkpoint_every < 1:
+        raise BadInput(f"--checkpoint-every must be >= 1, got {args.checkpoint_every}")
     if args.step_mult <= 0 or not math.isfinite(args.step_mult):
         raise BadInput(f"--step-mult must be a positive number, got {args.step_mult}")
     step: str | float = args.step
@@ -305,6 +386,14 @@ def configure(args) -> tuple[Algorithm, Any, dict[str, Any]]:
         **knobs,
     )
     compressor = parse_spec(args.compressor)
+    if args.layerwise:
+        sizes = getattr(problem, "param_sizes", None)
+        if sizes is None:
+            raise BadInput(
+                f"--layerwise compresses each parameter tensor separately; problem "
+                f"{args.problem!r} has none (use a deep-net problem: mlp, cnn, resnet18)"
+            )
+        compressor = Blockwise.for_sizes(compressor, sizes)
     opts: dict[str, Any] = {}
     for flag, (name, _opt) in _method_options().items():
         val = getattr(args, f"opt_{name}")
@@ -369,6 +458,12 @@ def run(argv: list[str] | None = None) -> int:
     if args.list:
         print(list_everything())
         return EXIT_OK
+    if args.resume is not None:
+        try:
+            args = resume_args(sys.argv[1:] if argv is None else argv, args)
+        except ValueError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return EXIT_BAD_INPUT
     if "WORLD_SIZE" in os.environ and "RANK" in os.environ:
         return run_distributed(args)
     if args.nodes is None:
@@ -379,23 +474,23 @@ def run(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    return execute(
-        algo,
-        problem,
-        config,
-        args,
-        out,
-        SimulatedComm(problem.n, seed=args.seed, float_bits=args.float_bits),
-    )
+    try:
+        return execute(
+            algo,
+            problem,
+            config,
+            args,
+            out,
+            SimulatedComm(problem.n, seed=args.seed, float_bits=args.float_bits),
+        )
+    except BadInput as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
 
 
 def run_distributed(args) -> int:
     """Under torchrun: one node per rank over torch.distributed; rank 0 writes the run folder."""
-    from datetime import timedelta
-
-    import torch.distributed as dist
-
-    from algorithms.comm.torch_dist import TorchDistComm
+    from algorithms.comm import torch_dist
 
     world, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
@@ -408,6 +503,11 @@ def run_distributed(args) -> int:
             )
         return EXIT_BAD_INPUT
     args.nodes = world
+    if not args.timeout > 0:
+        if rank == 0:
+            print(f"error: --timeout must be a positive number of seconds, got {args.timeout}",
+                  file=sys.stderr)  # fmt: skip
+        return EXIT_BAD_INPUT
     cuda = args.device.startswith("cuda")
     backend = args.backend or ("nccl" if cuda else "gloo")
     if backend == "nccl" and not cuda:
@@ -424,56 +524,98 @@ def run_distributed(args) -> int:
             return EXIT_BAD_INPUT
         torch.cuda.set_device(local_rank)
         device = args.device = f"cuda:{local_rank}"
-    dist.init_process_group(backend, timeout=timedelta(seconds=args.timeout))
+    torch_dist.start_group(backend, args.timeout)
     try:
-        error = ""
+        comm = torch_dist.TorchDistComm(seed=args.seed, float_bits=args.float_bits, device=device)
+        error, out = "", None
         try:
             algo, problem, config = configure(args)
-            out = _out_dir(args, args.algorithm) if rank == 0 else Path(".")
+            out = _out_dir(args, args.algorithm) if rank == 0 else None
         except ValueError as e:
             error = str(e)
         # Every rank must agree before any collective of the run: rank 0 alone checks --out.
-        flag = torch.tensor([1.0 if error else 0.0], device=device)
-        dist.all_reduce(flag)
-        if flag.item() > 0:
+        if comm.any_rank(bool(error)):
             if rank == 0:
                 print(f"error: {error or 'bad input on another rank'}", file=sys.stderr)
             return EXIT_BAD_INPUT
+        out = Path(comm.from_rank0(str(out)))  # a default --out is named by rank 0's clock
         config.update(world_size=world, backend=backend)
-        comm = TorchDistComm(seed=args.seed, float_bits=args.float_bits, device=device)
-        return execute(algo, problem.local([rank]), config, args, out, comm, is_writer=rank == 0)
+        try:
+            return execute(algo, problem.local([rank]), config, args, out, comm, rank == 0)
+        except BadInput as e:
+            if rank == 0:
+                print(f"error: {e}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+    except torch_dist.GROUP_ERRORS as e:
+        # A dead peer closes its connections; a hung one lets the collective time out.
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        print(
+            f"error: rank {rank}: a collective failed ({msg}); another rank died, or hung "
+            f"past --timeout {args.timeout:g} s. Results so far are in the run folder.",
+            file=sys.stderr,
+        )
+        # A broken group cannot be torn down cleanly (gloo may abort the interpreter at exit):
+        # leave now, with the history already flushed and closed.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(EXIT_COMM)
     finally:
-        dist.destroy_process_group()
+        torch_dist.stop_group()
 
 
 def execute(
     algo: Algorithm, problem, config: dict, args, out: Path, comm, is_writer: bool = True
 ) -> int:
     """Run ``algo`` with ``comm``; only the writer (rank 0) writes files and prints."""
+    resume = getattr(args, "resume", None) is not None
+    ckpt = load_checkpoint(out, comm, problem.x0.device) if resume else None
     if is_writer:
         out.mkdir(parents=True, exist_ok=True)
-        for stale in ("history.csv", "summary.json"):
-            (out / stale).unlink(missing_ok=True)
+        if ckpt is None:
+            for stale in ("history.csv", "summary.json"):
+                (out / stale).unlink(missing_ok=True)
+        else:
+            config = json.loads((out / "config.json").read_text())
+            config.setdefault("resumed", []).append(
+                {
+                    "from_iter": ckpt["t"],
+                    "iters": args.iters,
+                    "at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                }
+            )
         (out / "config.json").write_text(json.dumps(config, indent=2, default=str) + "\n")
     f_star = problem.consts.f_star
     T = args.iters
     log_every = args.log_every or max(1, T // 1000)
-    x0 = problem.x0
-    wall = 0.0
-    t0 = time.perf_counter()
-    state = algo.init(x0, problem, comm)
-    wall += time.perf_counter() - t0
+    evaluate = getattr(problem, "evaluate", None)
+    device = problem.x0.device
+    watch = Stopwatch(torch.cuda.synchronize if device.type == "cuda" else None)
+    if ckpt is None:
+        wall = 0.0
+        t0 = time.perf_counter()
+        with recording(watch):
+            state = algo.init(problem.x0, problem, comm)
+        wall += time.perf_counter() - t0
+    else:
+        state, wall = ckpt["state"], ckpt["wall"]
+        watch.totals.update(ckpt["times"])
     reason, last = "completed", {}
     extras_keys = list(type(algo).reports)
-    sink = open(out / "history.csv", "w", newline="") if is_writer else contextlib.nullcontext()
+    if is_writer and ckpt is not None:
+        _truncate_history(out / "history.csv", ckpt["t"])
+    mode = "a" if ckpt is not None else "w"
+    sink = open(out / "history.csv", mode, newline="") if is_writer else contextlib.nullcontext()
     with sink as fh:
         writer = None
+        if fh is not None and ckpt is not None:
+            writer = csv.DictWriter(fh, fieldnames=HISTORY_COLUMNS + extras_keys)
 
         def record(t: int, extras: dict[str, float]) -> dict[str, Any]:
             nonlocal writer
             f = float(problem.loss(state.x))
             gn = float((problem.full_grad(state.x) ** 2).sum())
             totals = comm.bits_totals()
+            spent = sum(watch.totals.values())
             row = {
                 "iter": t,
                 "bits_up": totals["bits_up"],
@@ -484,28 +626,37 @@ def execute(
                 "wall_s": wall,
                 "bits_up_max": totals["bits_up_max"],
                 "bits_down_max": totals["bits_down_max"],
+                "wire_bytes_up": totals.get("wire_bytes_up"),
+                "t_compute": max(0.0, wall - spent),
+                **{f"t_{k}": v for k, v in watch.totals.items()},
             }
+            if evaluate is not None:
+                held_out = evaluate(state.x, with_grad=False)
+                row.update(test_loss=held_out["loss"], test_acc=held_out["acc"])
             row.update({k: extras.get(k) for k in extras_keys})
             if fh is not None:
                 if writer is None:
                     writer = csv.DictWriter(fh, fieldnames=HISTORY_COLUMNS + extras_keys)
                     writer.writeheader()
-                writer.writerow({k: _fmt(v) for k, v in row.items()})
+                writer.writerow({k: _fmt(row.get(k)) for k in writer.fieldnames})
                 fh.flush()
             return row
 
-        last = record(0, {})
+        t = 0 if ckpt is None else ckpt["t"]
+        last = record(0, {}) if ckpt is None else ckpt["last"]
         bar = tqdm(
             total=T,
+            initial=t,
             file=sys.stderr,
             disable=True if (args.quiet or not is_writer) else None,
             desc=args.algorithm,
             leave=False,
         )
-        t = 0
+        every = getattr(args, "checkpoint_every", None)
         while t < T:
             t0 = time.perf_counter()
-            state, info = algo.step(state, problem, comm)
+            with recording(watch):
+                state, info = algo.step(state, problem, comm)
             wall += time.perf_counter() - t0
             t += 1
             bar.update(1)
@@ -524,7 +675,12 @@ def execute(
                     last = record(t, info.extras)
                 reason = "max_bits"
                 break
+            if every and t % every == 0 and t < T:
+                save_checkpoint(out, comm, state, t, wall, watch, last, is_writer)
         bar.close()
+    if every and reason != "diverged":
+        save_checkpoint(out, comm, state, t, wall, watch, last, is_writer)
+    iters_done = max(t, 1)
     summary = {
         "reason": reason,
         "iters": t,
@@ -532,12 +688,89 @@ def execute(
         "gamma": config["step"]["gamma"],
         "gamma_theory": config["step"].get("gamma_theory"),
         "formula": (config["step"].get("theory") or {}).get("formula"),
+        "seconds_per_iter": {
+            "total": wall / iters_done,
+            "compute": (last.get("t_compute") or 0.0) / iters_done,
+            **{k: v / iters_done for k, v in watch.totals.items()},
+        },
+        "per_node": comm.bits_totals()["per_node"],
         "out": str(out),
     }
     if is_writer:
         (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
         print(_summary_text(config, summary))
     return EXIT_DIVERGED if reason == "diverged" else EXIT_OK
+
+
+# ---------------------------------------------------------------- checkpoints
+def _checkpoint_file(out: Path, comm) -> Path:
+    rank = int(comm.nodes[0]) if comm.m == 1 and comm.n > 1 else 0
+    return out / "checkpoint" / f"rank{rank}.pt"
+
+
+def save_checkpoint(out: Path, comm, state, t: int, wall: float, watch, last, is_writer) -> None:
+    """Write this process's whole state at iteration ``t`` (atomically: a crash mid-write leaves
+    the previous checkpoint intact). Rank 0 writes ``meta.json`` once every rank has written."""
+    path = _checkpoint_file(out, comm)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    led = comm.ledger
+    blob = {
+        "t": t,
+        "state": state,
+        "ledger": {
+            "up": led.up,
+            "down": led.down,
+            "rounds": led.rounds,
+            "full_vectors_up": led.full_vectors_up,
+            "extra": dict(led.extra),
+        },
+        "wall": wall,
+        "times": dict(watch.totals),
+        "last": last,
+        "n": comm.n,
+        "nodes": comm.nodes,
+    }
+    tmp = path.with_suffix(".tmp")
+    torch.save(blob, tmp)
+    os.replace(tmp, path)
+    comm.barrier()
+    if is_writer:
+        meta = {"iter": t, "n": comm.n, "files": comm.n if comm.m == 1 and comm.n > 1 else 1}
+        tmp = path.parent / "meta.json.tmp"
+        tmp.write_text(json.dumps(meta) + "\n")
+        os.replace(tmp, path.parent / "meta.json")
+
+
+def load_checkpoint(out: Path, comm, device: torch.device) -> dict[str, Any]:
+    """This process's checkpoint of the run in ``out``, restored into ``comm``'s ledger."""
+    meta_path = out / "checkpoint" / "meta.json"
+    if not meta_path.exists():
+        raise BadInput(f"--resume {str(out)!r}: no checkpoint there (run with --checkpoint-every)")
+    meta = json.loads(meta_path.read_text())
+    if meta["n"] != comm.n:
+        raise BadInput(f"--resume: the run had n = {meta['n']} nodes, this one has {comm.n}")
+    blob = torch.load(_checkpoint_file(out, comm), weights_only=False, map_location=device)
+    if blob["t"] != meta["iter"] or not torch.equal(blob["nodes"], comm.nodes):
+        raise BadInput(f"--resume: checkpoint files in {str(out)!r} disagree; rerun instead")
+    led = comm.ledger
+    led.up.copy_(blob["ledger"]["up"])
+    led.down.copy_(blob["ledger"]["down"])
+    led.rounds = blob["ledger"]["rounds"]
+    led.full_vectors_up = blob["ledger"]["full_vectors_up"]
+    led.extra.clear()
+    led.extra.update(blob["ledger"]["extra"])
+    return blob
+
+
+def _truncate_history(path: Path, t: int) -> None:
+    """Keep the rows logged up to iteration ``t``: the resumed run logs the ones after it."""
+    with open(path, newline="") as fh:
+        rows = list(csv.reader(fh))
+    keep = [rows[0]] + [r for r in rows[1:] if r and int(r[0]) <= t]
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w", newline="") as fh:
+        csv.writer(fh).writerows(keep)
+    os.replace(tmp, path)
 
 
 def _summary_text(config: dict, s: dict) -> str:

@@ -6,6 +6,7 @@ bits.
 """
 
 from compressors.base import Compressor, Packet
+from compressors.blockwise import Blockwise
 from compressors.registry import COMPRESSORS, parse_spec, spec_of
 
-__all__ = ["COMPRESSORS", "Compressor", "Packet", "parse_spec", "spec_of"]
+__all__ = ["COMPRESSORS", "Blockwise", "Compressor", "Packet", "parse_spec", "spec_of"]

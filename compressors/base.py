@@ -15,6 +15,8 @@ from typing import Any, ClassVar
 
 import torch
 
+from compressors import timing
+from compressors.bitpack import BitReader, BitWriter
 from streams import Streams
 
 __all__ = ["Compressor", "Packet", "ceil_log2", "resolve_k", "work_dtype", "RngLike"]
@@ -181,11 +183,13 @@ class Compressor:
         if not x_i.is_floating_point():
             raise ValueError(f"x_i must be a floating-point tensor, got {x_i.dtype}")
         streams = Streams.coerce(rng, x_i.shape[0], device=x_i.device)
-        return self._encode(x_i, streams)
+        with timing.section("encode"):
+            return self._encode(x_i, streams)
 
     def decode(self, packet: Packet) -> torch.Tensor:
         """The ``(m, d)`` rows the receiver reconstructs, in the input's dtype."""
-        return self._decode(packet).to(packet.dtype)
+        with timing.section("decode"):
+            return self._decode(packet).to(packet.dtype)
 
     def __call__(self, x_i: torch.Tensor, rng: RngLike) -> torch.Tensor:
         return self.decode(self.encode(x_i, rng))
@@ -195,6 +199,78 @@ class Compressor:
 
     def _decode(self, packet: Packet) -> torch.Tensor:
         raise NotImplementedError
+
+    # ---------------------------------------------------------------- the wire form
+    def to_bytes(self, packet: Packet) -> tuple[torch.Tensor, torch.Tensor]:
+        """The wire form of each row: what a rank hands to a collective.
+
+        The fields in ``packet.wire`` (and per-row facts the receiver cannot regenerate) are
+        packed into one bit stream per row, each value at the width the bit model counts,
+        except floats, which travel in the dtype they are stored in so that decode is bitwise
+        exact (a float64 value takes 64 bits where the model counts ``float_bits``). The stream
+        is padded with zero bits to whole bytes, so with values stored at the model's float
+        width ``0 <= 8 * nbytes - nbits < 8``.
+
+        Returns:
+            ``(data, nbytes)``: ``data`` uint8 ``(m, B)`` (``B`` the longest row, zero padded),
+            ``nbytes`` int64 ``(m,)``; row ``i``'s message is ``data[i, :nbytes[i]]``.
+        """
+        if not isinstance(packet, Packet):
+            raise ValueError(f"packet must be a Packet, got {type(packet).__name__}")
+        with timing.section("encode"):
+            w = BitWriter(packet.m, packet.nbits.device)
+            self._write(packet, w)
+            return w.finish()
+
+    def from_bytes(
+        self, data: torch.Tensor, nbytes: torch.Tensor, like: Packet, nodes: torch.Tensor
+    ) -> Packet:
+        """Rebuild the packet of ``r`` rows from their wire bytes.
+
+        Args:
+            data: uint8 ``(r, B)``, as :meth:`to_bytes` gives (rows may come from other nodes).
+            nbytes: int64 ``(r,)``, the length of each row's message.
+            like: a packet this process produced in the same round with the same compressor: it
+                gives ``d``, the dtypes, and what the shared randomness fixes (Perm-K's
+                permutation, a shared Rand-K support), which costs no bits.
+            nodes: int64 ``(r,)``, the node id of each row (Perm-K's block depends on it).
+
+        Raises:
+            ValueError: ``data`` is not uint8 ``(r, B)``, ``nbytes`` or ``nodes`` do not match
+                it, or a row's bytes do not hold exactly one message of this compressor.
+        """
+        rd = BitReader(data, nbytes)
+        if not isinstance(like, Packet):
+            raise ValueError(f"like must be a Packet, got {type(like).__name__}")
+        if (
+            not isinstance(nodes, torch.Tensor)
+            or nodes.dtype != torch.int64
+            or nodes.shape != (rd.r,)
+        ):
+            got = (
+                f"{nodes.dtype} {tuple(nodes.shape)}" if isinstance(nodes, torch.Tensor) else nodes
+            )
+            raise ValueError(f"nodes must be int64 of shape ({rd.r},), got {got}")
+        with timing.section("decode"):
+            packet = self._read(rd, like, nodes.to(rd.device))
+            rd.finish()
+        return packet
+
+    def _write(self, packet: Packet, w: BitWriter) -> None:
+        """Append the rows' wire fields to ``w`` (each compressor defines its layout)."""
+        raise NotImplementedError(f"{type(self).__name__} defines no wire form (_write)")
+
+    def _read(self, rd: BitReader, like: Packet, nodes: torch.Tensor) -> Packet:
+        """Read what :meth:`_write` wrote, for ``rd.r`` rows, and rebuild the packet."""
+        raise NotImplementedError(f"{type(self).__name__} defines no wire form (_read)")
+
+    def _rebuilt(self, like: Packet, r: int, nbits, meta=None, **fields: torch.Tensor) -> Packet:
+        """A packet of ``r`` received rows, shaped as ``like``."""
+        nb = torch.as_tensor(nbits, dtype=torch.int64, device=like.nbits.device)
+        nb = nb.expand(r).clone() if nb.dim() == 0 else nb
+        return Packet(
+            fields, nb, like.d, like.dtype, like.wire, like.meta if meta is None else meta
+        )
 
     # ---------------------------------------------------------------- helpers
     def _packet(self, x_i: torch.Tensor, nbits, wire, meta=None, **fields: torch.Tensor) -> Packet:

@@ -8,6 +8,7 @@ from typing import ClassVar
 import torch
 
 from compressors.base import Compressor, Packet, check_float_bits
+from compressors.bitpack import BitReader, BitWriter
 from streams import Streams
 
 
@@ -68,3 +69,14 @@ class Bernoulli(Compressor):
 
     def _decode(self, packet: Packet) -> torch.Tensor:
         return packet.fields["values"] * packet.meta["scale"]
+
+    def _write(self, packet: Packet, w: BitWriter) -> None:
+        sent = packet.fields["sent"]
+        w.bools(sent)
+        w.floats(packet.fields["values"], count=sent.to(torch.int64) * packet.d)
+
+    def _read(self, rd: BitReader, like: Packet, nodes: torch.Tensor) -> Packet:
+        sent = rd.bools(1)[:, 0]
+        values = rd.floats(like.d, like.fields["values"].dtype, count=sent.to(torch.int64) * like.d)
+        nbits = 1 + sent.to(torch.int64) * (self.float_bits * like.d)
+        return self._rebuilt(like, rd.r, nbits, {"scale": 1.0 / self.p}, sent=sent, values=values)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import torch
 
 from compressors.base import Compressor, Packet
+from compressors.bitpack import BitReader, BitWriter
 from streams import Streams
 
 
@@ -188,6 +189,37 @@ class Compose(Compressor):
             return values
         out = torch.zeros(packet.m, packet.d, dtype=values.dtype, device=values.device)
         return out.scatter_(1, head.fields["indices"], values * head.meta["scale"])
+
+    # ------------------------------------------------------------ the wire form
+    def _write(self, packet: Packet, w: BitWriter) -> None:
+        if self.first.sparsifier:
+            self.first._write_support(packet.meta["head"], w)
+        self.rest._write(packet.meta["tail"], w)
+
+    def _read(self, rd: BitReader, like: Packet, nodes: torch.Tensor) -> Packet:
+        r, lh = rd.r, like.meta["head"]
+        if self.first.sparsifier:
+            idx, head_meta = self.first._read_support(rd, lh, nodes)
+            head_bits = self.first.index_bits(like.d)
+            head = Packet(
+                {"indices": idx},
+                torch.full((r,), self.first.bits(like.d), dtype=torch.int64, device=idx.device),
+                like.d,
+                like.dtype,
+                frozenset({"values"}) | ({"indices"} & lh.wire),
+                head_meta,
+            )
+            fields = {"indices": idx}
+        else:
+            # The first part's output is not sent: the receiver needs only the rest's payload.
+            head_bits = 0
+            zeros = torch.zeros(r, dtype=torch.int64, device=like.nbits.device)
+            head = Packet({}, zeros, like.d, like.dtype, frozenset())
+            fields = {}
+        tail = self.rest._read(rd, like.meta["tail"], nodes)
+        fields.update({f"rest.{k}": v for k, v in tail.fields.items()})
+        meta = {"head": head, "tail": tail}
+        return self._rebuilt(like, r, head_bits + tail.nbits, meta, **fields)
 
 
 def _default_parts() -> tuple[Compressor, ...]:

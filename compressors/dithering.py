@@ -9,6 +9,7 @@ from typing import ClassVar
 import torch
 
 from compressors.base import Compressor, Packet, check_float_bits, work_dtype
+from compressors.bitpack import BitReader, BitWriter, read_elias_levels, write_elias_levels
 from streams import Streams
 
 
@@ -42,6 +43,9 @@ class _Dithering(Compressor):
     ``ceil(log2(2 s + 1))`` bits per entry (sign and level jointly); ``coding="elias"`` sends
     only non-zero entries, each as Elias-gamma(gap) + sign + Elias-gamma(level), a
     variable-size payload whose bits are counted from the levels actually drawn.
+    On the wire (``to_bytes``) the fixed code of an entry is ``2 level + sign``; the Elias code
+    is the one counted, bit for bit (entries of level 0 send no sign, so ``-0.0`` arrives as
+    ``0.0``).
     """
 
     unbiased: ClassVar[bool] = True
@@ -120,6 +124,38 @@ class _Dithering(Compressor):
         f = packet.fields
         mag = f["norm"][:, None] * self._grid(f["levels"].to(torch.int64), f["norm"].dtype)
         return torch.where(f["signs"], -mag, mag)
+
+    # the wire form -----------------------------------------------------------
+    def _code_width(self) -> int:
+        """Bits of one entry's joint code ``2 level + sign`` under ``coding="fixed"``."""
+        return self.bits(1) - self.float_bits
+
+    def _write(self, packet: Packet, w: BitWriter) -> None:
+        f = packet.fields
+        w.floats(f["norm"])
+        level = f["levels"].to(torch.int64)
+        if self.coding == "fixed":
+            # 2 s + 2 codes fit the counted width (2 s + 1 is odd), so the sign of a zero
+            # level travels too and decode stays bitwise exact, -0.0 included.
+            w.uint(2 * level + f["signs"].to(torch.int64), self._code_width())
+        else:
+            write_elias_levels(w, level, f["signs"])
+
+    def _read(self, rd: BitReader, like: Packet, nodes: torch.Tensor) -> Packet:
+        d = like.d
+        norm = rd.floats(1, like.fields["norm"].dtype)[:, 0]
+        if self.coding == "fixed":
+            code = rd.uint(d, self._code_width())
+            level, signs = code >> 1, (code & 1).bool()
+            if rd.r and int(level.max()) > self.s:
+                raise ValueError(f"a level code exceeds s={self.s}: corrupt data")
+            nbits = self.bits(d)
+        else:
+            # Zero levels are not sent: their sign comes back as +, so a -0.0 decodes as 0.0.
+            level, signs = read_elias_levels(rd, d)
+            nbits = self.float_bits + elias_payload_bits(level)
+        levels = level.to(like.fields["levels"].dtype)
+        return self._rebuilt(like, rd.r, nbits, norm=norm, signs=signs, levels=levels)
 
 
 def norm_of(norm: str | int | float) -> float:

@@ -8,6 +8,7 @@ from typing import ClassVar
 import torch
 
 from compressors.base import Compressor, Packet, check_float_bits
+from compressors.bitpack import BitReader, BitWriter
 from streams import Streams
 
 
@@ -52,3 +53,10 @@ class Identity(Compressor):
 
     def _decode(self, packet: Packet) -> torch.Tensor:
         return packet.fields["values"]
+
+    def _write(self, packet: Packet, w: BitWriter) -> None:
+        w.floats(packet.fields["values"])
+
+    def _read(self, rd: BitReader, like: Packet, nodes: torch.Tensor) -> Packet:
+        values = rd.floats(like.d, like.fields["values"].dtype)
+        return self._rebuilt(like, rd.r, self.bits(like.d), values=values)

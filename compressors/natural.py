@@ -8,10 +8,16 @@ from typing import ClassVar
 import torch
 
 from compressors.base import Compressor, Packet, work_dtype
+from compressors.bitpack import BitReader, BitWriter, bits_to_float, float_to_bits
 from streams import Streams
 
 # Exponent bits of the IEEE formats by total width: natural compression sends sign + exponent.
 EXPONENT_BITS = {16: 5, 32: 8, 64: 11}
+# (exponent, mantissa) bits of the dtype the magnitudes are stored in: the wire sends the
+# exponent field of that dtype. A power of two is exactly its exponent field, except the
+# subnormal ones (below 2**-126 in float32, 2**-1022 in float64), which the field cannot hold:
+# they travel as 0.
+MANTISSA_BITS = {torch.float32: (8, 23), torch.float64: (11, 52)}
 
 
 def round_to_power_of_two(a: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
@@ -37,6 +43,9 @@ class Natural(Compressor):
 
     Bits: per entry the sign and the exponent of the float format, no mantissa:
     ``d * (1 + 8)`` bits for ``float_bits = 32`` (``1 + 5`` for 16, ``1 + 11`` for 64).
+    On the wire (``to_bytes``) the exponent field of the dtype the magnitudes are stored in
+    travels (8 bits for float32, 11 for float64); subnormal magnitudes, which that field cannot
+    hold, arrive as 0.
 
     Args:
         float_bits: the float format whose exponent is sent (16, 32 or 64).
@@ -70,3 +79,16 @@ class Natural(Compressor):
     def _decode(self, packet: Packet) -> torch.Tensor:
         f = packet.fields
         return torch.where(f["signs"], -f["magnitudes"], f["magnitudes"])
+
+    def _write(self, packet: Packet, w: BitWriter) -> None:
+        mag = packet.fields["magnitudes"]
+        e, mant = MANTISSA_BITS[mag.dtype]
+        w.bools(packet.fields["signs"])
+        w.uint(float_to_bits(mag) >> mant, e)
+
+    def _read(self, rd: BitReader, like: Packet, nodes: torch.Tensor) -> Packet:
+        d, dtype = like.d, like.fields["magnitudes"].dtype
+        e, mant = MANTISSA_BITS[dtype]
+        signs = rd.bools(d)
+        mag = bits_to_float(rd.uint(d, e) << mant, dtype)
+        return self._rebuilt(like, rd.r, self.bits(d), signs=signs, magnitudes=mag)

@@ -9,6 +9,7 @@ from typing import ClassVar
 import torch
 
 from compressors.base import Compressor, Packet, check_float_bits
+from compressors.bitpack import BitReader, BitWriter
 from streams import Streams
 
 
@@ -31,7 +32,8 @@ class PermK(Compressor):
     ``shared_randomness``: every node must be given the same key.
 
     Bits: ``float_bits * |block_i|`` (``ceil`` or ``floor`` of ``d/n``; 1 value for ``d < n``);
-    the support is regenerated from the shared seed.
+    the support is regenerated from the shared seed: the packet's ``meta["keys"]`` holds it, and
+    ``from_bytes`` rebuilds node ``j``'s block from it and ``j``.
 
     Args:
         n: the number of nodes (bound by the runner; required before use).
@@ -118,10 +120,30 @@ class PermK(Compressor):
         values = torch.where(real, torch.gather(x_i, 1, idx), 0.0)
         nbits = self.float_bits * real.sum(dim=1)
         scale = float(min(self._n(), d))
-        return self._packet(x_i, nbits, {"values"}, {"scale": scale}, values=values, indices=idx)
+        # The keys are shared randomness (every node holds them): the receiver of node j's
+        # message rebuilds its block from them and j, so they cost no bits.
+        meta = {"scale": scale, "keys": rng.keys}
+        return self._packet(x_i, nbits, {"values"}, meta, values=values, indices=idx)
 
     def _decode(self, packet: Packet) -> torch.Tensor:
         f = packet.fields
         out = torch.zeros(packet.m, packet.d, dtype=f["values"].dtype, device=f["values"].device)
         # Padding entries carry value 0 at a clamped index: scatter_add leaves real ones intact.
         return out.scatter_add_(1, f["indices"], f["values"] * packet.meta["scale"])
+
+    def _write(self, packet: Packet, w: BitWriter) -> None:
+        # Only a block's real entries travel; they are its prefix, as many as nbits counts.
+        w.floats(packet.fields["values"], count=packet.nbits // self.float_bits)
+
+    def _read(self, rd: BitReader, like: Packet, nodes: torch.Tensor) -> Packet:
+        d = like.d
+        self._check_d(d)
+        keys = like.meta["keys"][:1].to(rd.device).expand(rd.r).clone()
+        rng = Streams(keys, nodes)
+        perm = rng[:1].permutation(d).expand(rd.r, d)
+        pos, real = self._positions(d, rng)
+        count = real.sum(dim=1)
+        values = rd.floats(pos.shape[1], like.fields["values"].dtype, count=count)
+        meta = {"scale": like.meta["scale"], "keys": keys}
+        idx = torch.gather(perm, 1, pos)
+        return self._rebuilt(like, rd.r, self.float_bits * count, meta, values=values, indices=idx)

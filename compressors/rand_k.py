@@ -16,6 +16,7 @@ from compressors.base import (
     resolve_k,
     scatter_rows,
 )
+from compressors.bitpack import BitReader, BitWriter
 from streams import Streams
 
 INDEX_CODES = ("list", "bitmap", "seed")
@@ -33,6 +34,40 @@ def index_bits(index: str, k: int, d: int) -> int:
     return min(k * ceil_log2(d), d)  # "auto"
 
 
+def support_code(index: str, k: int, d: int) -> str:
+    """The index code actually used: ``auto`` is the cheaper of list and bitmap (list on ties)."""
+    if index != "auto":
+        return index
+    return "list" if k * ceil_log2(d) <= d else "bitmap"
+
+
+def write_support(w: BitWriter, idx: torch.Tensor, index: str, d: int, keys=None) -> None:
+    """The support ``idx`` (m, k), sorted, under the named index code (``seed``: the row keys)."""
+    code = support_code(index, idx.shape[1], d)
+    if code == "list":
+        w.uint(idx, ceil_log2(d))
+    elif code == "bitmap":
+        w.bools(
+            torch.zeros(idx.shape[0], d, dtype=torch.bool, device=idx.device).scatter_(1, idx, True)
+        )
+    else:
+        w.uint(keys[:, None], SEED_BITS)
+
+
+def read_support(rd: BitReader, index: str, k: int, d: int, nodes: torch.Tensor):
+    """Inverse of :func:`write_support`: ``(indices (r, k), keys (r,) or None)``."""
+    code = support_code(index, k, d)
+    if code == "list":
+        return rd.uint(k, ceil_log2(d)), None
+    if code == "bitmap":
+        mask = rd.bools(d)
+        if rd.r and bool((mask.sum(dim=1) != k).any()):
+            raise ValueError(f"a bitmap row does not mark exactly k={k} of d={d} coordinates")
+        return mask.nonzero()[:, 1].reshape(rd.r, k), None
+    keys = rd.uint(1, SEED_BITS)[:, 0]
+    return Streams(keys, nodes).subset(d, k), keys
+
+
 @dataclass(frozen=True)
 class RandK(Compressor):
     """Unbiased Rand-K sparsification.
@@ -46,7 +81,8 @@ class RandK(Compressor):
 
     Bits: ``k`` values of ``float_bits`` each, plus the support:
     ``index="list"``: ``k * ceil(log2 d)`` bits; ``"bitmap"``: ``d`` bits; ``"seed"``: the
-    row's 64-bit seed, sent once, from which the receiver regenerates ``S``.
+    row's 64-bit seed, sent once, from which the receiver regenerates ``S`` (the packet's
+    ``meta["keys"]``).
     With ``shared=True`` every node uses the same subset, drawn from the shared stream of the
     step, and sends no index bits: ``float_bits * k``. The nodes' compressors are then
     correlated (not independent), which methods whose rate has ``omega/n`` must not assume.
@@ -109,8 +145,35 @@ class RandK(Compressor):
         idx = rng.subset(d, k)
         fields = {"values": torch.gather(x_i, 1, idx), "indices": idx}
         wire = {"values"} if self.shared or self.index == "seed" else {"values", "indices"}
-        return self._packet(x_i, self.bits(d), wire, {"scale": d / k}, **fields)
+        meta = {"scale": d / k}
+        if self.index == "seed" and not self.shared:
+            meta["keys"] = rng.keys  # the per-row seed the index code sends
+        return self._packet(x_i, self.bits(d), wire, meta, **fields)
 
     def _decode(self, packet: Packet) -> torch.Tensor:
         f = packet.fields
         return scatter_rows(packet, f["indices"], f["values"] * packet.meta["scale"])
+
+    def _write_support(self, packet: Packet, w: BitWriter) -> None:
+        if not self.shared:
+            write_support(
+                w, packet.fields["indices"], self.index, packet.d, packet.meta.get("keys")
+            )
+
+    def _read_support(self, rd: BitReader, like: Packet, nodes: torch.Tensor):
+        """The support of the received rows and the meta their packet carries."""
+        d = like.d
+        k = self.k_of(d)
+        if self.shared:
+            return like.fields["indices"][:1].expand(rd.r, k).clone(), {"scale": d / k}
+        idx, keys = read_support(rd, self.index, k, d, nodes)
+        return idx, {"scale": d / k} if keys is None else {"scale": d / k, "keys": keys}
+
+    def _write(self, packet: Packet, w: BitWriter) -> None:
+        self._write_support(packet, w)
+        w.floats(packet.fields["values"])
+
+    def _read(self, rd: BitReader, like: Packet, nodes: torch.Tensor) -> Packet:
+        idx, meta = self._read_support(rd, like, nodes)
+        values = rd.floats(idx.shape[1], like.fields["values"].dtype)
+        return self._rebuilt(like, rd.r, self.bits(like.d), meta, values=values, indices=idx)

@@ -9,6 +9,7 @@ from typing import ClassVar
 import torch
 
 from compressors.base import Compressor, Packet, check_float_bits, work_dtype
+from compressors.bitpack import BitReader, BitWriter
 from streams import Streams
 
 
@@ -86,3 +87,23 @@ class RankR(Compressor):
         f = packet.fields
         out = torch.bmm(f["P"], f["R"].transpose(1, 2))
         return out.reshape(packet.m, -1)[:, : packet.d]
+
+    def _write(self, packet: Packet, w: BitWriter) -> None:
+        w.floats(packet.fields["P"])
+        w.floats(packet.fields["R"])
+
+    def _read(self, rd: BitReader, like: Packet, nodes: torch.Tensor) -> Packet:
+        (m1, m2), r = matrix_shape(like.d), self._r(like.d)
+        dtype = like.fields["P"].dtype
+        p = rd.floats(m1 * r, dtype).reshape(rd.r, m1, r)
+        rt = rd.floats(m2 * r, dtype).reshape(rd.r, m2, r)
+        p, rt = _layout_of(p, like.fields["P"]), _layout_of(rt, like.fields["R"])
+        return self._rebuilt(like, rd.r, self.bits(like.d), P=p, R=rt)
+
+
+def _layout_of(t: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """``t`` in the memory layout of ``like`` (QR gives column-major factors): ``bmm`` rounds
+    differently for the two layouts, and decode must be bitwise that of the sender's packet."""
+    if like.stride(1) == 1 and like.shape[1] > 1:
+        return t.transpose(1, 2).contiguous().transpose(1, 2)
+    return t

@@ -8,6 +8,7 @@ from typing import ClassVar
 import torch
 
 from compressors.base import Compressor, Packet
+from compressors.bitpack import BitReader, BitWriter
 from streams import Streams
 
 
@@ -97,6 +98,12 @@ class Scaled(Compressor):
 
     def _decode(self, packet: Packet) -> torch.Tensor:
         return self.inner._decode(packet) / (self.inner.omega(packet.d) + 1.0)
+
+    def _write(self, packet: Packet, w: BitWriter) -> None:
+        self.inner._write(packet, w)
+
+    def _read(self, rd: BitReader, like: Packet, nodes: torch.Tensor) -> Packet:
+        return self.inner._read(rd, like, nodes)
 
 
 def _default_inner() -> Compressor:

@@ -8,6 +8,7 @@ from typing import ClassVar
 import torch
 
 from compressors.base import Compressor, Packet, check_float_bits, work_dtype
+from compressors.bitpack import BitReader, BitWriter
 from streams import Streams
 
 
@@ -56,3 +57,12 @@ class ScaledSign(Compressor):
         f = packet.fields
         scale = f["scale"][:, None].expand(-1, packet.d)
         return torch.where(f["signs"], -scale, scale)
+
+    def _write(self, packet: Packet, w: BitWriter) -> None:
+        w.floats(packet.fields["scale"])
+        w.bools(packet.fields["signs"])
+
+    def _read(self, rd: BitReader, like: Packet, nodes: torch.Tensor) -> Packet:
+        scale = rd.floats(1, like.fields["scale"].dtype)[:, 0]
+        signs = rd.bools(like.d)
+        return self._rebuilt(like, rd.r, self.bits(like.d), scale=scale, signs=signs)

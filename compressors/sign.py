@@ -8,6 +8,7 @@ from typing import ClassVar
 import torch
 
 from compressors.base import Compressor, Packet
+from compressors.bitpack import BitReader, BitWriter
 from streams import Streams
 
 
@@ -37,3 +38,9 @@ class Sign(Compressor):
     def _decode(self, packet: Packet) -> torch.Tensor:
         signs = packet.fields["signs"]
         return torch.where(signs, -1.0, 1.0).to(packet.dtype)
+
+    def _write(self, packet: Packet, w: BitWriter) -> None:
+        w.bools(packet.fields["signs"])
+
+    def _read(self, rd: BitReader, like: Packet, nodes: torch.Tensor) -> Packet:
+        return self._rebuilt(like, rd.r, self.bits(like.d), signs=rd.bools(like.d))

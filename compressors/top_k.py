@@ -15,7 +15,8 @@ from compressors.base import (
     resolve_k,
     scatter_rows,
 )
-from compressors.rand_k import index_bits
+from compressors.bitpack import BitReader, BitWriter
+from compressors.rand_k import index_bits, read_support, write_support
 from streams import Streams
 
 
@@ -107,3 +108,20 @@ class TopK(Compressor):
 
     def index_bits(self, d: int) -> int:
         return self.bits(d) - self.float_bits * self.k_of(d)
+
+    def _write_support(self, packet: Packet, w: BitWriter) -> None:
+        write_support(w, packet.fields["indices"], self.index, packet.d)
+
+    def _read_support(self, rd: BitReader, like: Packet, nodes: torch.Tensor):
+        """The support of the received rows and the meta their packet carries."""
+        idx, _ = read_support(rd, self.index, self.k_of(like.d), like.d, nodes)
+        return idx, {"scale": 1.0}
+
+    def _write(self, packet: Packet, w: BitWriter) -> None:
+        self._write_support(packet, w)
+        w.floats(packet.fields["values"])
+
+    def _read(self, rd: BitReader, like: Packet, nodes: torch.Tensor) -> Packet:
+        idx, meta = self._read_support(rd, like, nodes)
+        values = rd.floats(idx.shape[1], like.fields["values"].dtype)
+        return self._rebuilt(like, rd.r, self.bits(like.d), meta, values=values, indices=idx)

@@ -93,6 +93,7 @@ class TorchModel(Problem):
         self._names = [k for k, _ in params]
         self._shapes = [p.shape for _, p in params]
         self._numels = [p.numel() for _, p in params]
+        self.param_sizes = tuple(self._numels)  # one block per parameter tensor
         d = sum(self._numels)
         init = init_flat(model, seed)
         super().__init__(
@@ -180,17 +181,22 @@ class TorchModel(Problem):
         offs = streams.integers(self.counts[nodes][:, None], batch_size)
         return Batch(nodes=nodes, size=batch_size, idx=self.offsets[nodes][:, None] + offs)
 
-    def evaluate(self, x: torch.Tensor) -> dict[str, float]:
-        """Held-out ``loss`` (mean cross-entropy), ``acc`` and ``grad_norm_sq`` of that loss."""
+    def evaluate(self, x: torch.Tensor, with_grad: bool = True) -> dict[str, float]:
+        """Held-out ``loss`` (mean cross-entropy), ``acc`` and, with ``with_grad``, the
+        ``grad_norm_sq`` of that loss (a backward pass over the test set)."""
         x = self._point(x)
         N = self._X_test.shape[0]
         w = torch.full((N,), 1.0 / N, dtype=self.dtype, device=self.device)
         g = torch.zeros_like(x)
         loss, correct = 0.0, 0
         for xb, yb, wb in self._all_chunks(self._X_test, self._y_test, w):
-            g += grad(self._wloss)(x, xb, yb, wb)
+            if with_grad:
+                g += grad(self._wloss)(x, xb, yb, wb)
             with torch.no_grad():
                 out = functional_call(self.model, self._params(x), (xb,))
                 loss += float((F.cross_entropy(out, yb, reduction="none") * wb).sum())
                 correct += int((out.argmax(1) == yb).sum())
-        return {"loss": loss, "acc": correct / N, "grad_norm_sq": float(g @ g)}
+        out = {"loss": loss, "acc": correct / N}
+        if with_grad:
+            out["grad_norm_sq"] = float(g @ g)
+        return out

@@ -12,6 +12,7 @@ charges the downlink cost of what a real server would send.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -140,10 +141,14 @@ class Comm:
         """Charge every node ``nbits`` downlink (a shared coin, a skip flag)."""
         self.ledger.charge_down(nbits)
 
+    def barrier(self) -> None:
+        """Wait until every process gets here (a no-op with one process)."""
+
     def end_round(self) -> None:
         self.ledger.rounds += 1
 
     # ------------------------------------------------------------ totals over all nodes
-    def bits_totals(self) -> dict[str, float]:
-        """Cumulative bits per node over all ``n`` nodes: mean and max, up and down."""
+    def bits_totals(self) -> dict[str, Any]:
+        """Cumulative bits per node over all ``n`` nodes: mean and max, up and down, and under
+        ``"per_node"`` each node's own totals (gathered from every rank under torchrun)."""
         raise NotImplementedError

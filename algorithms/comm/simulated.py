@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from algorithms.comm.base import Comm
+from compressors.timing import section
 
 
 class SimulatedComm(Comm):
@@ -20,10 +21,11 @@ class SimulatedComm(Comm):
             raise ValueError(f"expected {self.m} rows (one per node), got {rows.shape[0]}")
         if weight is None:
             self.ledger.charge_up(nbits)
-            return rows.mean(dim=0)
-        w = weight.to(rows.device, rows.dtype)
+            with section("communicate"):
+                return rows.mean(dim=0)
         self.ledger.charge_up(torch.where(weight.cpu() != 0, nbits.cpu(), 0))
-        return w @ rows
+        with section("communicate"):
+            return weight.to(rows.device, rows.dtype) @ rows
 
     def monitor_mean(self, v_i: torch.Tensor) -> float:
         return float(v_i.double().mean())
@@ -35,4 +37,5 @@ class SimulatedComm(Comm):
             "bits_up_max": float(up.max()),
             "bits_down": float(down.mean()),
             "bits_down_max": float(down.max()),
+            "per_node": {"bits_up": up.tolist(), "bits_down": down.tolist()},
         }

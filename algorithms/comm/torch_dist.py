@@ -14,9 +14,27 @@ simulation, and ``ledger.extra["wire_bytes"]`` the bytes this rank handed to col
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import torch
+import torch.distributed as dist
 
 from algorithms.comm.base import Comm
+from compressors.timing import section
+
+# What a failed collective raises: a peer that died closes its connections, a hung one lets
+# the collective time out.
+GROUP_ERRORS = (RuntimeError, dist.DistError)
+
+
+def start_group(backend: str, timeout_s: float) -> None:
+    """Join the default process group torchrun describes (``RANK``, ``WORLD_SIZE``, ...); every
+    collective then fails after ``timeout_s`` seconds instead of waiting forever."""
+    dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
+
+
+def stop_group() -> None:
+    dist.destroy_process_group()
 
 
 class TorchDistComm(Comm):
@@ -49,28 +67,73 @@ class TorchDistComm(Comm):
     def reduce(
         self, packet, compressor, weight: torch.Tensor | None = None, decoded=None
     ) -> torch.Tensor:
-        if not compressor.sparsifier:
-            return super().reduce(packet, compressor, weight, decoded)
+        """The weighted mean over ranks of the decoded payloads, moving the payloads themselves.
+
+        A support shared by every node (Rand-K with a shared seed) is summed by one all-reduce
+        of the ``k`` kept values; a dense payload (the identity) by an all-reduce of its ``d``
+        values; anything else is all-gathered in its wire form (``Compressor.to_bytes``: bit
+        packed indices, signs, levels, factors) and every rank decodes every sender's row.
+        Variable-size payloads, and rounds where some nodes send nothing (partial
+        participation), first all-gather each rank's size and weight.
+        """
         w = self._weight(weight)
-        if w != 0.0:
+        sending = w != 0.0
+        if sending:
             self.ledger.charge_up(packet.nbits)
+        if compressor.sparsifier and compressor.shared_randomness and "indices" not in packet.wire:
+            return self._reduce_shared_support(packet, w)
+        values = packet.fields.get("values")
+        if compressor.linear and packet.wire == {"values"} and values.shape[-1] == packet.d:
+            return self._all_reduce((compressor.decode(packet)[0] * w).contiguous(), sending)
+        data, nbytes = compressor.to_bytes(packet)
+        data, nbytes = data.to(self.device), nbytes.to(self.device)
+        if compressor.fixed_size and weight is None:  # every rank sends the same size
+            sizes = nbytes.expand(self.n)
+            weights = None
+        else:
+            head = torch.stack([nbytes[0].double() * sending, torch.tensor(w).double()])
+            heads = self._all_gather(head.to(self.device), overhead=True)
+            sizes, weights = heads[:, 0].long(), heads[:, 1]
+            width = int(sizes.max())
+            data = torch.nn.functional.pad(data, (0, width - data.shape[1]))[:, :width]
+        if not sending:
+            data = torch.zeros_like(data)
+        rows = self._all_gather(data[0].contiguous(), count=int(nbytes[0]) if sending else 0)
+        nodes = torch.arange(self.n, device=self.device)
+        keep = slice(None) if weights is None else weights != 0
+        like = packet
+        back = compressor.from_bytes(rows[keep], sizes[keep], like, nodes[keep])
+        out = compressor.decode(back)
+        with section("communicate"):  # the server's sum, as in a simulated reduction
+            red = out.mean(dim=0) if weights is None else weights[keep].to(out.dtype) @ out
+        return red.to(packet.nbits.device)
+
+    def _reduce_shared_support(self, packet, w: float) -> torch.Tensor:
         idx = packet.fields["indices"][0]
-        vals = (packet.fields["values"][0] * (packet.meta["scale"] * w)).contiguous()
-        dtype = vals.dtype
-        out = torch.zeros(packet.d, dtype=dtype, device=self.device)
-        if compressor.shared_randomness:  # one support for all nodes: sum the k values
-            buf = vals.to(self.device)
+        vals = packet.fields["values"][0] * (packet.meta["scale"] * w)
+        summed = self._all_reduce(vals.contiguous(), w != 0.0)
+        out = torch.zeros(packet.d, dtype=summed.dtype, device=summed.device)
+        return out.index_add_(0, idx.to(summed.device), summed).to(vals.device)
+
+    def _all_reduce(self, buf: torch.Tensor, counted: bool = True) -> torch.Tensor:
+        home = buf.device
+        buf = buf.to(self.device).clone()
+        with section("communicate"):
             self._dist.all_reduce(buf, op=self._dist.ReduceOp.SUM)
+        if counted:
             self._wire(buf)
-            return out.index_add_(0, idx.to(self.device), buf).to(vals.device)
-        v = vals.to(self.device)
-        i = idx.to(self.device).contiguous()
-        all_v = [torch.empty_like(v) for _ in range(self.n)]
-        all_i = [torch.empty_like(i) for _ in range(self.n)]
-        self._dist.all_gather(all_v, v)
-        self._dist.all_gather(all_i, i)
-        self._wire(v, i)
-        return out.index_add_(0, torch.cat(all_i), torch.cat(all_v)).to(vals.device)
+        return buf.to(home)
+
+    def _all_gather(self, buf: torch.Tensor, overhead: bool = False, count: int | None = None):
+        """Every rank's ``buf`` stacked ``(n, ...)``; ``count`` bytes of it are this rank's
+        message (the rest is padding to the longest), ``overhead`` marks sizes and weights."""
+        parts = [torch.empty_like(buf) for _ in range(self.n)]
+        with section("communicate"):
+            self._dist.all_gather(parts, buf)
+        nbytes = buf.numel() * buf.element_size() if count is None else count
+        key = "wire_overhead_bytes" if overhead else "wire_bytes"
+        self.ledger.extra[key] = self.ledger.extra.get(key, 0) + nbytes
+        return torch.stack(parts)
 
     def reduce_rows(
         self, rows: torch.Tensor, nbits: torch.Tensor, weight: torch.Tensor | None = None
@@ -80,10 +143,22 @@ class TorchDistComm(Comm):
         w = self._weight(weight)
         if w != 0.0:
             self.ledger.charge_up(nbits)
-        buf = (rows[0] * w).to(self.device).contiguous()
-        self._dist.all_reduce(buf, op=self._dist.ReduceOp.SUM)
-        self._wire(buf)
-        return buf.to(rows.device)
+        return self._all_reduce((rows[0] * w).contiguous(), counted=w != 0.0)
+
+    def barrier(self) -> None:
+        self._dist.barrier()
+
+    def any_rank(self, flag: bool) -> bool:
+        """Whether ``flag`` holds on some rank (every rank learns the same answer)."""
+        buf = torch.tensor([1.0 if flag else 0.0], device=self.device)
+        self._dist.all_reduce(buf, op=self._dist.ReduceOp.MAX)
+        return bool(buf.item() > 0)
+
+    def from_rank0(self, obj):
+        """Rank 0's ``obj`` (a small picklable value), on every rank."""
+        box = [obj]
+        self._dist.broadcast_object_list(box, src=0)
+        return box[0]
 
     def monitor_mean(self, v_i: torch.Tensor) -> float:
         buf = v_i.detach().to(self.device, torch.float64).sum().reshape(1)
@@ -91,14 +166,32 @@ class TorchDistComm(Comm):
         return float(buf[0]) / self.n
 
     def bits_totals(self) -> dict[str, float]:
-        mine = torch.stack([self.ledger.up.sum(), self.ledger.down.sum()]).to(self.device)
+        extra = self.ledger.extra
+        mine = torch.tensor(
+            [
+                float(self.ledger.up.sum()),
+                float(self.ledger.down.sum()),
+                float(extra.get("wire_bytes", 0)),
+                float(extra.get("wire_overhead_bytes", 0)),
+            ],
+            dtype=torch.float64,
+            device=self.device,
+        )
         parts = [torch.zeros_like(mine) for _ in range(self.n)]
         self._dist.all_gather(parts, mine)
-        allb = torch.stack(parts).double().cpu()  # (n, 2)
+        allb = torch.stack(parts).cpu()  # (n, 4)
         up, down = allb[:, 0], allb[:, 1]
         return {
             "bits_up": float(up.mean()),
             "bits_up_max": float(up.max()),
             "bits_down": float(down.mean()),
             "bits_down_max": float(down.max()),
+            "wire_bytes_up": float(allb[:, 2].mean()),
+            "wire_overhead_bytes_up": float(allb[:, 3].mean()),
+            "per_node": {
+                "bits_up": up.tolist(),
+                "bits_down": down.tolist(),
+                "wire_bytes_up": allb[:, 2].tolist(),
+                "wire_overhead_bytes_up": allb[:, 3].tolist(),
+            },
         }

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from algorithms.registry import ALGORITHMS
-from algorithms.run import HISTORY_COLUMNS, run
+from algorithms.run import HISTORY_COLUMNS, TIME_COLUMNS, run
 from compressors import parse_spec
 
 BASE = ["--problem", "quadratic", "--nodes", "4", "--quiet"]
@@ -73,8 +73,8 @@ def test_same_seed_same_history(tmp_path):
     assert run([*args, "--out", str(tmp_path / "a")]) == 0
     assert run([*args, "--out", str(tmp_path / "b")]) == 0
     a, b = history(tmp_path / "a"), history(tmp_path / "b")
-    strip = [{k: v for k, v in r.items() if k != "wall_s"} for r in a]
-    assert strip == [{k: v for k, v in r.items() if k != "wall_s"} for r in b]
+    strip = [{k: v for k, v in r.items() if k not in TIME_COLUMNS} for r in a]
+    assert strip == [{k: v for k, v in r.items() if k not in TIME_COLUMNS} for r in b]
     assert run([*args[:-1], "8", "--out", str(tmp_path / "c")]) == 0
     assert history(tmp_path / "c")[-1]["f"] != a[-1]["f"]
 

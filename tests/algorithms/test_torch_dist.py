@@ -5,11 +5,14 @@ from __future__ import annotations
 import csv
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
+from algorithms.registry import ALGORITHMS
 from algorithms.run import run
 
 TORCHRUN = shutil.which("torchrun") or os.path.join(os.path.dirname(sys.executable), "torchrun")
@@ -60,21 +63,28 @@ def test_gloo_two_processes_match_the_simulation(tmp_path, argv):
     parity(tmp_path, 2, argv)
 
 
+def method_argv(name: str) -> list[str]:
+    """A run of ``name`` with a compressor of the class its theory assumes (randomized ones
+    for the unbiased methods, so the per-node streams are exercised)."""
+    compressor = "topk:k=2" if ALGORITHMS[name].needs == "contractive" else "randk:k=3"
+    return [name, "--compressor", compressor, "--step", "0.05"]
+
+
 @pytest.mark.dist
+@pytest.mark.parametrize("nproc", [2, 4])
 @pytest.mark.parametrize(
     "argv",
-    [
+    [method_argv(name) for name in sorted(ALGORITHMS)]
+    + [
         ["dcgd", "--compressor", "natural"],
-        ["dcgd", "--compressor", "topk:k=2", "--step", "0.05"],
-        ["diana", "--compressor", "randk:k=3"],
-        ["dasha", "--compressor", "randk:k=3"],
         ["ef21-pp", "--compressor", "topk:k=2", "--participation", "0.5"],
         ["3pc", "--compressor", "topk:k=2", "--mechanism", "clag"],
         ["marina", "--compressor", "permk"],
+        ["diana", "--compressor", "qsgd:levels=4,coding=elias"],
     ],
+    ids=lambda a: "-".join(a[:3]),
 )
-@pytest.mark.parametrize("nproc", [2, 4])
-def test_gloo_matches_the_simulation_for_more_methods(tmp_path, argv, nproc):
+def test_gloo_matches_the_simulation_for_every_method(tmp_path, argv, nproc):
     parity(tmp_path, nproc, argv)
 
 
@@ -82,3 +92,127 @@ def test_nodes_must_equal_the_world_size(tmp_path):
     proc, _ = dist_run(tmp_path, 2, ["ef21", "--compressor", "topk", "--nodes", "3", *COMMON])
     assert proc.returncode != 0
     assert "--nodes 3 differs from the world size 2" in proc.stderr
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch_ranks(nproc: int, argv: list[str]) -> list[subprocess.Popen]:
+    """Start ``nproc`` ranks by hand (what torchrun does), so a test can kill or stop one."""
+    port = free_port()
+    procs = []
+    for rank in range(nproc):
+        env = dict(os.environ, OMP_NUM_THREADS="1", RANK=str(rank), LOCAL_RANK=str(rank),
+                   WORLD_SIZE=str(nproc), LOCAL_WORLD_SIZE=str(nproc),
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))  # fmt: skip
+        cmd = [sys.executable, "-m", "algorithms.run", *argv]
+        procs.append(subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True))
+    return procs
+
+
+def wait_for_rows(path, count: int, procs, limit: float = 120.0) -> None:
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        if path.exists() and len(path.read_text().splitlines()) > count:
+            return
+        assert all(p.poll() is None for p in procs), [p.stderr.read() for p in procs]
+        time.sleep(0.02)
+    raise AssertionError(f"{path} never reached {count} rows")
+
+
+@pytest.mark.parametrize("fault", ["killed", "hung"])
+def test_a_dead_or_hung_rank_makes_the_others_fail_within_the_timeout(tmp_path, fault):
+    timeout = 12  # above the ranks' start-up skew on a loaded 2-core machine
+    argv = ["ef21", "--compressor", "topk:k=2", "--problem", "quadratic", "--iters", "100000",
+            "--log-every", "1", "--quiet", "--timeout", str(timeout),
+            "--out", str(tmp_path / "r")]  # fmt: skip
+    procs = launch_ranks(3, argv)
+    try:
+        wait_for_rows(tmp_path / "r" / "history.csv", 3, procs)
+        victim = procs[2]
+        victim.send_signal(signal.SIGKILL if fault == "killed" else signal.SIGSTOP)
+        start = time.monotonic()
+        for p in procs[:2]:
+            p.wait(timeout=timeout + 60)
+        waited = time.monotonic() - start
+        for p in procs[:2]:
+            assert p.returncode == 4, p.stderr.read()
+            err = p.stderr.read()
+            assert "a collective failed" in err and f"--timeout {timeout} s" in err, err
+        assert waited <= timeout + 30
+        if fault == "hung":
+            assert waited >= timeout * 0.8  # the others waited for the timeout, then gave up
+        assert len((tmp_path / "r" / "history.csv").read_text().splitlines()) > 3  # kept
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def test_a_resumed_gloo_run_follows_the_uninterrupted_simulation(tmp_path):
+    argv = ["marina", "--compressor", "randk:k=3", "--problem", "quadratic", "--seed", "4",
+            "--log-every", "1", "--quiet"]  # fmt: skip
+    proc, out = dist_run(tmp_path, 2, [*argv, "--iters", "13", "--checkpoint-every", "5"])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert sorted(p.name for p in (out / "checkpoint").iterdir()) == [
+        "meta.json", "rank0.pt", "rank1.pt"
+    ]  # fmt: skip
+    cmd = [TORCHRUN, "--standalone", "--nproc_per_node=2", "-m", "algorithms.run",
+           "--resume", str(out), "--iters", "30"]  # fmt: skip
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    resumed = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    sim = tmp_path / "sim"
+    assert run([*argv, "--iters", "30", "--nodes", "2", "--out", str(sim)]) == 0
+    assert_same_run(sim, out)
+
+
+WIRE = ["--problem", "quadratic", "--problem-opt", "dim=1000", "--dtype", "float32", "--iters",
+        "6", "--quiet", "--seed", "2", "--step", "0.1"]  # fmt: skip
+
+
+def assert_wire_matches_bits(tmp_path, argv: list[str], nproc: int = 2) -> dict:
+    """Bytes handed to collectives vs the accounted bits (float32 values, float_bits 32)."""
+    proc, out = dist_run(tmp_path, nproc, [*argv, *WIRE])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    last = history(out)[-1]
+    wire, bits = 8 * float(last["wire_bytes_up"]), float(last["bits_up"])
+    assert bits > 0 and abs(wire - bits) <= 0.02 * bits, (wire, bits)
+    return last
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["ef21", "--compressor", "topk:k=10"],  # bit-packed indices + float32 values
+        ["diana", "--compressor", "qsgd:levels=4,coding=elias"],  # variable size, Elias code
+        ["dcgd", "--compressor", "scaled-sign"],  # one bit per sign + a scale
+    ],
+)
+def test_wire_bytes_match_the_accounted_bits(tmp_path, argv):
+    assert_wire_matches_bits(tmp_path, argv)
+
+
+@pytest.mark.dist
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["diana", "--compressor", "randk:k=10"],
+        ["marina", "--compressor", "randk:k=10,shared=true"],
+        ["marina", "--compressor", "permk"],
+        ["diana", "--compressor", "natural"],
+        ["diana", "--compressor", "qsgd:levels=8"],
+        ["ef21", "--compressor", "rank:r=2"],
+        ["ef21", "--compressor", "compose:topk:k=20+qsgd:levels=4", "--force-compressor"],
+        ["ef21-pp", "--compressor", "topk:k=10", "--participation", "0.5"],
+        ["dasha", "--compressor", "terngrad"],
+    ],
+)
+def test_wire_bytes_match_the_accounted_bits_for_more_payloads(tmp_path, argv):
+    assert_wire_matches_bits(tmp_path, argv, nproc=3)
