@@ -1,0 +1,155 @@
+"""The papers' tuning protocol: per group of runs, the best step-size multiplier.
+
+A group is every run that shares all parameters except ``step_mult`` and ``seed``. Within a
+group each multiplier is scored by the mean over its seeds of a per-run value, and the lowest
+score wins (ties go to the smaller multiplier, the safer step):
+
+- ``min_final``: the final value of ``metric`` (a diverged or failed run counts as ``+inf``);
+- ``bits_to_tol``: the uplink bits per node spent until ``metric <= tol`` first held at a
+  logged iteration (``+inf`` if it never did, or if the run diverged or failed).
+
+A winner at either end of the tried multipliers is flagged (``at_edge``): the papers then extend
+the grid, since the true optimum may lie outside it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from experiments.config import Selection
+
+# Columns of a summary table that are results, not parameters: never part of a group key.
+HISTORY_COLUMNS = (
+    "iter", "bits_up", "bits_down", "f", "f_gap", "grad_norm_sq", "wall_s",
+    "bits_up_max", "bits_down_max", "wire_bytes_up", "test_loss", "test_acc",
+    "t_compute", "t_encode", "t_communicate", "t_decode",
+)  # fmt: skip
+RESULT_COLUMNS = frozenset(
+    {"run_id", "status", "error", "reason", "iters_run", "gamma", "gamma_theory", "bits_to_tol"}
+    | set(HISTORY_COLUMNS)
+)
+FINISHED = ("completed", "tolerance", "max_bits")
+
+
+def bits_to_tol(rows: list[dict], metric: str, tol: float) -> float | None:
+    """Uplink bits per node at the first logged iteration with ``metric <= tol``.
+
+    Args:
+        rows: ``history.csv`` rows (strings as read by ``csv.DictReader``, or numbers).
+        metric: the column compared with ``tol``.
+        tol: the threshold.
+
+    Returns:
+        That row's ``bits_up``, or ``None`` if no row reaches ``tol`` (empty cells and NaN never
+        do).
+
+    Raises:
+        ValueError: ``metric`` or ``bits_up`` is not a column of the rows.
+    """
+    if rows and metric not in rows[0]:
+        raise ValueError(f"metric {metric!r} is not a history column; have: {', '.join(rows[0])}")
+    if rows and "bits_up" not in rows[0]:
+        raise ValueError("history rows have no 'bits_up' column")
+    for row in rows:
+        v = _num(row.get(metric))
+        if v is not None and v <= tol:
+            return float(row["bits_up"])
+    return None
+
+
+def group_key(params: dict) -> tuple:
+    """Every parameter except ``step_mult`` and ``seed`` (and result columns), as sorted pairs.
+
+    Lists become tuples so that the key is hashable; the order of the keys in ``params`` does
+    not matter.
+    """
+    return tuple(
+        sorted(
+            (k, tuple(v) if isinstance(v, list) else v)
+            for k, v in params.items()
+            if k not in ("step_mult", "seed") and k not in RESULT_COLUMNS
+        )
+    )
+
+
+def run_score(row: dict, selection: Selection) -> float:
+    """One run's value under ``selection`` (``+inf`` for a diverged, failed or missing run)."""
+    if str(row.get("status", "")) not in FINISHED:
+        return math.inf
+    if selection.rule == "min_final":
+        if selection.metric not in row:
+            raise ValueError(
+                f"metric {selection.metric!r} is not a column of the summary table; "
+                f"have: {', '.join(row)}"
+            )
+        v = _num(row[selection.metric])
+    else:
+        if "bits_to_tol" not in row:
+            raise ValueError(
+                "select rule 'bits_to_tol' needs a 'bits_to_tol' column (tabulate with a tol)"
+            )
+        v = _num(row["bits_to_tol"])
+    return math.inf if v is None or math.isnan(v) else v
+
+
+def best(table: list[dict], selection: Selection) -> list[dict]:
+    """One row per group: the multiplier the rule chooses.
+
+    Args:
+        table: summary rows (``summary.csv`` as read by ``csv.DictReader``, or the same rows
+            with numbers), each with ``run_id``, ``status``, ``step_mult``, ``seed``, the other
+            parameters and the final metrics (and ``bits_to_tol`` for that rule).
+        selection: the rule.
+
+    Returns:
+        Rows in order of each group's first run: the group's parameters, then ``step_mult``
+        (the winner), ``rule``, ``metric``, ``select_tol``, ``value`` (its mean over seeds),
+        ``n_mults`` (multipliers tried), ``n_seeds`` (runs averaged for the winner),
+        ``at_edge`` (winner at the smallest or largest multiplier tried) and ``run_ids`` (the
+        winner's runs, joined by ``;``).
+    """
+    groups: dict[tuple, dict[float, list[tuple[float, str]]]] = {}
+    params_of: dict[tuple, dict] = {}
+    for row in table:
+        key = group_key(row)
+        params_of.setdefault(key, dict(key))
+        mult = float(row["step_mult"])
+        groups.setdefault(key, {}).setdefault(mult, []).append(
+            (run_score(row, selection), str(row["run_id"]))
+        )
+    out = []
+    for key, by_mult in groups.items():
+        scored = sorted((_mean([s for s, _ in runs]), m) for m, runs in by_mult.items())
+        value, mult = scored[0]
+        mults = sorted(by_mult)
+        out.append(
+            {
+                **params_of[key],
+                "step_mult": mult,
+                "rule": selection.rule,
+                "metric": selection.metric,
+                "select_tol": selection.tol,
+                "value": value,
+                "n_mults": len(mults),
+                "n_seeds": len(by_mult[mult]),
+                "at_edge": mult in (mults[0], mults[-1]),
+                "run_ids": ";".join(r for _, r in by_mult[mult]),
+            }
+        )
+    return out
+
+
+def _mean(values: list[float]) -> float:
+    if any(math.isinf(v) for v in values):
+        return math.inf
+    return sum(values) / len(values)
+
+
+def _num(v: Any) -> float | None:
+    if v is None or v == "":
+        return None
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None

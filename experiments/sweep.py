@@ -1,0 +1,315 @@
+"""``python -m experiments.sweep CONFIG.toml [--out DIR] [--jobs N] [--quiet]``: run a sweep.
+
+Every run of the config is one ``python -m algorithms.run ... --quiet --out OUT/runs/<run_id>``
+subprocess (isolated, killable), ``--jobs`` of them at once, each with ``OMP_NUM_THREADS=1`` so
+that parallel runs do not fight over cores. The sweep folder holds:
+
+- ``sweep.json``: the resolved config (``SweepConfig.to_dict()``; ``load_config`` reads it back);
+- ``runs/<run_id>/``: the runner's own outputs, plus ``stderr.txt`` for a failed run;
+- ``summary.csv``: one row per run: ``run_id``, ``status``, every parameter, ``iters_run``,
+  ``gamma``, the final metrics and ``bits_to_tol`` (when ``[select]`` has a ``tol``);
+- ``best.csv``: one row per group, the multiplier chosen by ``[select]`` (see
+  ``experiments.select.best``).
+
+Status: a run is finished when its folder has a readable ``summary.json``; its status is the
+runner's stop reason (``completed``, ``diverged``, ``tolerance``, ``max_bits``). Exit status 3
+(diverged) is a legitimate outcome of a too-large multiplier. Any other failure is ``failed``:
+the exit status and the stderr tail go to ``stderr.txt`` and the ``error`` column, and the sweep
+goes on. ``missing`` marks a run not attempted yet.
+
+Resuming: running the same config into the same folder skips finished runs and never touches
+their files; an unfinished folder (killed or failed earlier) is the sweep's own and is rerun
+from scratch. A folder holding a different config, or files that are not a sweep, is refused.
+The tables are rebuilt from all run folders at the end, so a resumed sweep gives complete ones.
+``sweep.lock`` holds the process id of a live sweep; a second one on the same folder is refused
+(a lock left by a killed sweep is ignored). Runs are not killed with the sweep process: to stop
+a sweep, signal its process group.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from experiments.config import RunSpec, Selection, SweepConfig, load_config
+from experiments.select import HISTORY_COLUMNS, best, bits_to_tol
+
+log = logging.getLogger("compzoo.sweep")
+
+ROOT = Path(__file__).resolve().parents[1]
+STDERR_TAIL = 4000
+
+
+def run_sweep(
+    config: SweepConfig | str | Path | dict,
+    out: str | Path,
+    jobs: int = 1,
+    progress: bool = True,
+) -> Path:
+    """Run every unfinished run of ``config`` into ``out`` and write the tables.
+
+    Args:
+        config: a ``SweepConfig``, or anything ``load_config`` reads.
+        out: the sweep folder (created; reused when it holds the same config).
+        jobs: runs at once (each one subprocess).
+        progress: show an overall progress bar on stderr.
+
+    Returns:
+        ``out`` as a ``Path``.
+
+    Raises:
+        ValueError: ``jobs`` < 1, ``out`` holds a different sweep or non-sweep files, or
+            another live sweep holds ``out``.
+    """
+    cfg = config if isinstance(config, SweepConfig) else load_config(config)
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise ValueError(f"jobs must be an integer >= 1, got {jobs!r}")
+    out = Path(out)
+    _claim(out, cfg)
+    with _lock(out):
+        _run_all(cfg, out, jobs, progress)
+        write_tables(cfg, out)
+    return out
+
+
+def _run_all(cfg: SweepConfig, out: Path, jobs: int, progress: bool) -> None:
+    specs = cfg.runs()
+    todo = [s for s in specs if _summary(out / "runs" / s.run_id) is None]
+    env = _env()
+    bar = tqdm(
+        total=len(specs),
+        initial=len(specs) - len(todo),
+        desc=cfg.name,
+        unit="run",
+        file=sys.stderr,
+        disable=not progress,
+    )
+    failed = 0
+    try:
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            futures = [pool.submit(_execute, s, out / "runs" / s.run_id, env) for s in todo]
+            for fut in as_completed(futures):
+                if fut.result() == "failed":
+                    failed += 1
+                    bar.set_postfix(failed=failed)
+                bar.update(1)
+    finally:
+        bar.close()
+
+
+@contextlib.contextmanager
+def _lock(out: Path):
+    """Refuse a second live sweep on the same folder (it would restart the first's runs)."""
+    path = out / "sweep.lock"
+    try:
+        pid = int(path.read_text().strip())
+    except (OSError, ValueError):
+        pid = None
+    if pid is not None and pid != os.getpid() and _alive(pid):
+        raise ValueError(f"another sweep (pid {pid}) is running in {str(out)!r}; wait for it")
+    path.write_text(f"{os.getpid()}\n")
+    try:
+        yield
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def table(cfg: SweepConfig, out: str | Path, selection: Selection | None = None) -> list[dict]:
+    """The summary rows of a sweep folder, one per run of ``cfg`` in run order.
+
+    Args:
+        cfg: the sweep's config.
+        out: the sweep folder.
+        selection: sets the ``bits_to_tol`` column's metric and tol (default ``cfg.select``);
+            the column is present only when the tol is set.
+    """
+    sel = selection or cfg.select
+    out = Path(out)
+    rows = []
+    for spec in cfg.runs():
+        rows.append(_row(spec, out / "runs" / spec.run_id, sel))
+    return rows
+
+
+def write_tables(cfg: SweepConfig, out: str | Path) -> tuple[Path, Path]:
+    """Rewrite ``summary.csv`` and ``best.csv`` of a sweep folder from its run folders."""
+    out = Path(out)
+    rows = table(cfg, out)
+    summary, best_csv = out / "summary.csv", out / "best.csv"
+    _write_csv(summary, rows)
+    _write_csv(best_csv, best(rows, cfg.select))
+    return summary, best_csv
+
+
+def read_summary(path: str | Path) -> dict | None:
+    """A run folder's ``summary.json``, or ``None`` if it is absent or unreadable."""
+    return _summary(Path(path))
+
+
+def _claim(out: Path, cfg: SweepConfig) -> None:
+    """Make ``out`` this config's sweep folder, or refuse if it is something else."""
+    record = out / "sweep.json"
+    want = json.loads(json.dumps(cfg.to_dict()))
+    if record.is_file():
+        have = json.loads(record.read_text())
+        if have != want:
+            diff = sorted(k for k in set(have) | set(want) if have.get(k) != want.get(k))
+            raise ValueError(
+                f"{str(out)!r} holds a sweep of a different config (differs in: "
+                f"{', '.join(diff)}); choose another --out or delete that folder"
+            )
+        return
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ValueError(
+            f"{str(out)!r} exists and is not a sweep folder (no sweep.json); choose another --out"
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = out / "sweep.json.tmp"
+    tmp.write_text(json.dumps(want, indent=2) + "\n")
+    tmp.replace(record)
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["OMP_NUM_THREADS"] = "1"
+    env["MKL_NUM_THREADS"] = "1"
+    path = env.get("PYTHONPATH")
+    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + path if path else "")
+    return env
+
+
+def _execute(spec: RunSpec, run_dir: Path, env: dict[str, str]) -> str:
+    """One run in a subprocess; its status (``failed`` leaves ``stderr.txt``)."""
+    if run_dir.exists():
+        shutil.rmtree(run_dir)  # the sweep's own unfinished run: start it afresh
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "algorithms.run", *spec.argv, "--quiet"]
+    cmd += ["--out", str(run_dir), "--overwrite"]
+    proc = subprocess.run(
+        cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE, text=True, errors="replace", check=False,
+    )  # fmt: skip
+    summary = _summary(run_dir)
+    if proc.returncode in (0, 3) and summary is not None:
+        return str(summary.get("reason", "completed"))
+    run_dir.mkdir(parents=True, exist_ok=True)
+    tail = proc.stderr[-STDERR_TAIL:]
+    (run_dir / "stderr.txt").write_text(f"exit status {proc.returncode}\n{tail}")
+    last = tail.strip().splitlines()[-1] if tail.strip() else "(no stderr)"
+    log.warning("run %s failed (exit status %d): %s", spec.run_id, proc.returncode, last)
+    return "failed"
+
+
+def _summary(run_dir: Path) -> dict | None:
+    try:
+        data = json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _row(spec: RunSpec, run_dir: Path, sel: Selection) -> dict[str, Any]:
+    row: dict[str, Any] = {"run_id": spec.run_id, "status": "missing"}
+    row.update(spec.params)
+    summary = _summary(run_dir)
+    if summary is None:
+        err = run_dir / "stderr.txt"
+        if err.is_file():
+            lines = err.read_text(errors="replace").strip().splitlines()
+            row["status"] = "failed"
+            row["error"] = " | ".join([lines[0], lines[-1]] if len(lines) > 1 else lines)
+        return row
+    row["status"] = str(summary.get("reason", "completed"))
+    row["iters_run"] = summary.get("iters")
+    row["gamma"] = summary.get("gamma")
+    final = summary.get("final", {})
+    for col in HISTORY_COLUMNS:
+        if col in final:
+            row[col] = final[col]
+    if sel.tol is not None:
+        row["bits_to_tol"] = bits_to_tol(_history(run_dir), sel.metric, sel.tol)
+    return row
+
+
+def _history(run_dir: Path) -> list[dict]:
+    path = run_dir / "history.csv"
+    if not path.is_file():
+        return []
+    with path.open(newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def _cell(v: Any) -> Any:
+    if v is None:
+        return ""
+    if isinstance(v, (list, tuple)):
+        return ";".join(map(str, v))
+    return v
+
+
+def _write_csv(path: Path, rows: list[dict]) -> None:
+    cols: dict[str, None] = {}
+    for row in rows:
+        cols.update(dict.fromkeys(row))
+    tmp = path.with_suffix(".csv.tmp")
+    with tmp.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(cols), restval="")
+        w.writeheader()
+        for row in rows:
+            w.writerow({k: _cell(v) for k, v in row.items()})
+    tmp.replace(path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="python -m experiments.sweep", description="Run a sweep of the runner."
+    )
+    ap.add_argument("config", help="sweep config (TOML)")
+    ap.add_argument("--out", default=None, help="sweep folder (default: runs/sweeps/<name>)")
+    ap.add_argument(
+        "--jobs", type=int, default=os.cpu_count() or 1, help="runs at once (default: CPUs)"
+    )
+    ap.add_argument("--quiet", action="store_true", help="no progress bar")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    try:
+        cfg = load_config(args.config)
+        out = run_sweep(
+            cfg, args.out or Path("runs") / "sweeps" / cfg.name, args.jobs, not args.quiet
+        )
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    with (out / "summary.csv").open(newline="") as fh:
+        statuses = [r["status"] for r in csv.DictReader(fh)]
+    counts = {s: statuses.count(s) for s in dict.fromkeys(statuses)}
+    if not args.quiet:
+        done = ", ".join(f"{n} {s}" for s, n in counts.items())
+        print(f"{cfg.name}: {len(statuses)} runs ({done}); tables in {out}")
+    return 1 if counts.get("failed") else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,291 @@
+"""Sweeps end to end on tiny quadratics: folders, tables, selection, divergence, resuming.
+
+One sweep (2 methods x 3 multipliers x 2 seeds) serves most tests: it is started as a
+subprocess, killed with SIGKILL once some runs have finished, then resumed in-process, so the
+same 12 runs check both the resumption and the tables.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from experiments.config import Selection, load_config
+from experiments.select import best, bits_to_tol, group_key
+from experiments.sweep import run_sweep
+
+ROOT = Path(__file__).resolve().parents[2]
+TOML = """
+name = "tiny-sweep"
+[base]
+problem = "quadratic"
+nodes = 2
+iters = 20
+[[methods]]
+algorithm = "ef21"
+label = "EF21"
+[[methods]]
+algorithm = "ef-sgd"
+[grid]
+compressor = ["topk:k=1"]
+step_mult = [1, 2, 1e12]
+seed = [0, 1]
+[select]
+rule = "min_final"
+metric = "grad_norm_sq"
+tol = 4.0
+"""
+DIVERGING = 1e12
+
+
+def read_csv(path: Path) -> list[dict]:
+    with path.open(newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def finished(out: Path) -> list[Path]:
+    done = []
+    for p in sorted((out / "runs").glob("*/summary.json")):
+        try:
+            json.loads(p.read_text())
+        except ValueError:
+            continue
+        done.append(p.parent)
+    return done
+
+
+def mtimes(folder: Path) -> dict[str, int]:
+    return {str(p.relative_to(folder)): p.stat().st_mtime_ns for p in folder.rglob("*")}
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    """The tiny sweep, killed after >= 2 finished runs and resumed; plus what was seen."""
+    tmp = tmp_path_factory.mktemp("sweep")
+    cfg_path, out = tmp / "tiny.toml", tmp / "out"
+    cfg_path.write_text(TOML)
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "experiments.sweep", str(cfg_path), "--out", str(out),
+         "--jobs", "2", "--quiet"],
+        cwd=ROOT, env=env, start_new_session=True,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while len(finished(out)) < 2 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)  # the sweep and the runs it started
+    proc.wait()
+    before = {d.name: mtimes(d) for d in finished(out)}
+    started = sorted(p.name for p in (out / "runs").iterdir())
+    cfg = load_config(cfg_path)
+    run_sweep(cfg_path, out, jobs=2, progress=False)
+    return {"cfg": cfg, "cfg_path": cfg_path, "out": out, "before": before, "started": started}
+
+
+def test_kill_then_resume_completes_and_keeps_finished_runs(sweep):
+    out, before = sweep["out"], sweep["before"]
+    assert 2 <= len(before) < 12
+    assert sorted(d.name for d in finished(out)) == sorted(r.run_id for r in sweep["cfg"].runs())
+    for run_id, files in before.items():
+        assert mtimes(out / "runs" / run_id) == files  # same files, never rewritten
+
+
+def test_rerun_of_a_finished_sweep_runs_nothing(sweep):
+    out = sweep["out"]
+    runs_before = {d.name: mtimes(d) for d in finished(out)}
+    summary = (out / "summary.csv").read_text()
+    t0 = time.monotonic()
+    run_sweep(sweep["cfg"], out, jobs=2, progress=False)
+    assert time.monotonic() - t0 < 2.0  # no subprocess was started (each takes seconds)
+    assert {d.name: mtimes(d) for d in finished(out)} == runs_before
+    assert (out / "summary.csv").read_text() == summary
+
+
+def test_folders_and_summary_rows_match_run_summaries(sweep):
+    out, specs = sweep["out"], sweep["cfg"].runs()
+    assert sorted(p.name for p in (out / "runs").iterdir()) == sorted(r.run_id for r in specs)
+    assert json.loads((out / "sweep.json").read_text()) == sweep["cfg"].to_dict()
+    rows = read_csv(out / "summary.csv")
+    assert [r["run_id"] for r in rows] == [s.run_id for s in specs]
+    for row, spec in zip(rows, specs, strict=True):
+        summary = json.loads((out / "runs" / spec.run_id / "summary.json").read_text())
+        assert row["status"] == summary["reason"]
+        assert int(row["iters_run"]) == summary["iters"]
+        assert float(row["gamma"]) == summary["gamma"]
+        for col in ("bits_up", "bits_down", "f", "f_gap", "grad_norm_sq"):
+            assert float(row[col]) == summary["final"][col]
+        for key in ("algorithm", "label", "compressor", "problem"):
+            assert row[key] == spec.params[key]
+        assert float(row["step_mult"]) == spec.params["step_mult"]
+        assert int(row["seed"]) == spec.params["seed"]
+        hist = read_csv(out / "runs" / spec.run_id / "history.csv")
+        assert row["bits_to_tol"] == str(bits_to_tol(hist, "grad_norm_sq", 4.0) or "")
+    # measured: 20 iterations of Top-1 on d=20 cost EF21 1380 bits, EF14 740 bits per node
+    ok = [r for r in rows if r["status"] == "completed"]
+    assert {(r["algorithm"], float(r["bits_up"])) for r in ok} == {
+        ("ef21", 1380.0),
+        ("ef-sgd", 740.0),
+    }
+
+
+def test_diverging_multiplier_is_recorded_and_never_chosen(sweep):
+    rows = read_csv(sweep["out"] / "summary.csv")
+    diverged = [r for r in rows if r["status"] == "diverged"]
+    assert sorted(r["run_id"] for r in diverged) == sorted(
+        r["run_id"] for r in rows if float(r["step_mult"]) == DIVERGING
+    )
+    assert len(diverged) == 4
+    assert all(math.isinf(float(r["grad_norm_sq"])) for r in diverged)
+    assert all(int(r["iters_run"]) < 20 for r in diverged)
+    # Diverged runs stop early and so send fewer bits: ranked by raw bits_up they would win.
+    assert all(float(r["bits_up"]) < 740 for r in diverged if r["algorithm"] == "ef-sgd")
+    by_bits = best(rows, Selection(rule="min_final", metric="bits_up"))
+    assert [(b["label"], b["step_mult"], b["value"], b["at_edge"]) for b in by_bits] == [
+        ("EF21", 1.0, 1380.0, True),  # ties (1 and 2 both send 1380) go to the smaller
+        ("ef-sgd", 1.0, 740.0, True),
+    ]
+    for sel in (Selection(), Selection(rule="bits_to_tol", tol=4.0)):
+        assert all(b["step_mult"] != DIVERGING for b in best(rows, sel))
+
+
+def hand_best(rows: list[dict], score) -> dict[str, tuple[float, float]]:
+    """label -> (multiplier, mean score), by a direct reading of the rule."""
+    means: dict[str, dict[float, list[float]]] = {}
+    for r in rows:
+        s = math.inf if r["status"] == "diverged" else score(r)
+        means.setdefault(r["label"], {}).setdefault(float(r["step_mult"]), []).append(s)
+    out = {}
+    for label, by_mult in means.items():
+        cands = sorted((np.mean(v), m) for m, v in by_mult.items())
+        out[label] = (cands[0][1], float(cands[0][0]))
+    return out
+
+
+def test_best_csv_follows_the_rule(sweep):
+    out = sweep["out"]
+    rows = read_csv(out / "summary.csv")
+    chosen = read_csv(out / "best.csv")
+    hand = hand_best(rows, lambda r: float(r["grad_norm_sq"]))
+    assert [(c["label"], float(c["step_mult"])) for c in chosen] == [
+        (label, m) for label, (m, _) in hand.items()
+    ]
+    for c in chosen:
+        m, value = hand[c["label"]]
+        assert float(c["value"]) == pytest.approx(value, rel=1e-15)
+        assert (c["rule"], c["metric"], c["n_mults"], c["n_seeds"]) == (
+            "min_final", "grad_norm_sq", "3", "2",
+        )  # fmt: skip
+        assert c["at_edge"] == "False"
+        ids = c["run_ids"].split(";")
+        assert len(ids) == 2 and all(f"_m{m:g}_" in i for i in ids)
+    # measured: the doubled theory step wins for both methods on this quadratic
+    assert [float(c["step_mult"]) for c in chosen] == [2.0, 2.0]
+
+
+def test_bits_to_tol_rule_against_histories(sweep):
+    out = sweep["out"]
+    rows = read_csv(out / "summary.csv")
+
+    def first_bits(r):
+        hist = read_csv(out / "runs" / r["run_id"] / "history.csv")
+        g = np.array([float(h["grad_norm_sq"]) for h in hist])
+        hit = np.flatnonzero(g <= 4.0)
+        return float(hist[hit[0]]["bits_up"]) if len(hit) else math.inf
+
+    hand = hand_best(rows, first_bits)
+    chosen = best(rows, Selection(rule="bits_to_tol", tol=4.0))
+    assert [(c["label"], c["step_mult"], c["value"]) for c in chosen] == [
+        (label, m, v) for label, (m, v) in hand.items()
+    ]
+    assert all(math.isfinite(c["value"]) for c in chosen)
+    # grouping ignores only the multiplier and the seed
+    assert len({group_key(r) for r in rows}) == 2
+
+
+def test_real_sweep_plots_best_runs_mean(sweep):
+    from experiments.plot import plot
+
+    out = sweep["out"]
+    fig = plot([out], x="iters", y="grad_norm_sq")
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == [
+        "EF21, topk:k=1",
+        "ef-sgd, topk:k=1",
+    ]
+    chosen = read_csv(out / "best.csv")
+    for line, c in zip(ax.get_lines(), chosen, strict=True):
+        curves = [read_csv(out / "runs" / i / "history.csv") for i in c["run_ids"].split(";")]
+        mean = np.mean([[float(h["grad_norm_sq"]) for h in cv] for cv in curves], axis=0)
+        np.testing.assert_allclose(line.get_ydata(), mean, rtol=1e-14)
+        np.testing.assert_array_equal(line.get_xdata(), np.arange(21))
+
+
+def test_other_config_or_foreign_folder_is_refused(sweep, tmp_path):
+    cfg = sweep["cfg"]
+    changed = load_config({**cfg.to_dict(), "base": {**cfg.base, "iters": 21}})
+    msg = "holds a sweep of a different config (differs in: base); choose another --out"
+    with pytest.raises(ValueError, match=msg.replace("(", r"\(").replace(")", r"\)")):
+        run_sweep(changed, sweep["out"], progress=False)
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("keep")
+    with pytest.raises(ValueError, match="exists and is not a sweep folder"):
+        run_sweep(sweep["cfg"], foreign, progress=False)
+    assert sorted(p.name for p in foreign.iterdir()) == ["notes.txt"]
+    with pytest.raises(ValueError, match="jobs must be an integer >= 1, got 0"):
+        run_sweep(sweep["cfg"], tmp_path / "new", jobs=0, progress=False)
+
+
+def test_failed_run_is_recorded_and_the_sweep_goes_on(tmp_path):
+    cfg = load_config(
+        {
+            "name": "with-a-bad-run",
+            "base": {"problem": "quadratic", "nodes": 2, "iters": 5, "compressor": "nope"},
+            "methods": [{"algorithm": "ef21"}],
+        }
+    )
+    out = run_sweep(cfg, tmp_path / "s", progress=False)  # returns: the failure is recorded
+    (row,) = read_csv(out / "summary.csv")
+    assert (row["run_id"], row["status"]) == (cfg.runs()[0].run_id, "failed")
+    err = (out / "runs" / row["run_id"] / "stderr.txt").read_text()
+    assert err.startswith("exit status 2\n")
+    assert "unknown compressor 'nope'" in err
+    assert row["error"].startswith("exit status 2 | error: unknown compressor 'nope'; allowed: ")
+    (chosen,) = read_csv(out / "best.csv")
+    assert (chosen["compressor"], chosen["step_mult"], chosen["value"]) == ("nope", "1.0", "inf")
+
+
+def test_cli_on_a_finished_sweep(sweep, capsys):
+    from experiments.sweep import main
+
+    args = [str(sweep["cfg_path"]), "--out", str(sweep["out"]), "--jobs", "2"]
+    assert main(args) == 0  # diverged runs are results, not failures
+    assert capsys.readouterr().out == (
+        f"tiny-sweep: 12 runs (8 completed, 4 diverged); tables in {sweep['out']}\n"
+    )
+    assert main([*args, "--jobs", "0"]) == 2
+    assert capsys.readouterr().err == "error: jobs must be an integer >= 1, got 0\n"
+
+
+def test_a_live_sweep_locks_its_folder(sweep):
+    out, lock = sweep["out"], sweep["out"] / "sweep.lock"
+    assert not lock.exists()  # released by every finished sweep
+    lock.write_text(f"{os.getppid()}\n")  # a live process that is not this one
+    with pytest.raises(ValueError, match=rf"^another sweep \(pid {os.getppid()}\) is running"):
+        run_sweep(sweep["cfg"], out, progress=False)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    lock.write_text(f"{dead.pid}\n")  # left behind by a killed sweep: ignored
+    run_sweep(sweep["cfg"], out, progress=False)
+    assert not lock.exists()

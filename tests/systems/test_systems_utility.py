@@ -1,0 +1,122 @@
+"""The command line: its table from injected measurements, real tiny measurements, bad input."""
+
+import json
+
+import pytest
+
+from systems import measure as measure_mod
+from systems import model
+from systems.layers import model_sizes
+from systems.measure import Measurement, collective_of, measure, measure_cached
+from systems.utility import main
+
+FAKE = {
+    "identity": Measurement("identity", 0, "flat", 0, 0.0, 0.0, 0.0, 1, "fake", "allreduce"),
+    "topk:ratio=0.01": Measurement(
+        "topk:ratio=0.01", 0, "flat", 14_567_490, 0.040, 0.002, 0.001, 1, "fake", "allgather"
+    ),
+}
+
+
+def fake(spec, sizes):
+    m = FAKE[spec]
+    bits = 32 * sum(sizes) if spec == "identity" else m.bits
+    return Measurement(**{**m.__dict__, "d": sum(sizes), "bits": bits})
+
+
+def test_table_has_the_columns_and_the_model_numbers(capsys):
+    argv = ["--model", "resnet50", "--workers", "8", "--bandwidth", "1",
+            "--compressors", "identity", "topk:ratio=0.01"]  # fmt: skip
+    assert main(argv, measurer=fake) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("model resnet50: d=25557032, workers=8, bandwidth=1 Gbit/s")
+    header = out[2].split()
+    assert header[:6] == ["compressor", "collective", "bits", "ratio", "enc+dec", "ms"]
+    assert header[6:] == ["iter", "ms", "speedup", "break-even", "Gbps"]
+    s = model.Setting(tuple(model_sizes("resnet50")), 8, 0.29)
+    t_sync = float(model.sync_sgd_time(s, 1.0))
+    assert out[1].endswith(f"{t_sync * 1e3:.1f} ms")
+    t_top = 0.29 + 0.040 + 8 * 0.002 + 7 * 14_567_490 / 8 / 1.25e8 + 7 * 10e-6
+    row = out[5].split()
+    assert row[:4] == ["topk:ratio=0.01", "allgather", "0.0178", "42.0"]
+    assert float(row[4]) == pytest.approx(t_top * 1e3, abs=0.05)
+    assert float(row[5]) == pytest.approx(t_sync / t_top, abs=5e-4)
+    ident = out[4].split()
+    assert ident[:4] == ["identity", "allreduce", "1.0000", "0.0"]
+    # the uncompressed all-reduce without overlap is never faster than overlapped sync SGD
+    assert float(ident[5]) <= 1.0 and ident[6] == "never"
+    assert out[7].startswith("predicted speedup over sync SGD at 1, 10, 25, 100 Gbit/s")
+    assert out[8].split() == ["compressor", "1", "Gbps", "10", "Gbps", "25", "Gbps", "100", "Gbps"]
+    assert float(out[10].split()[1]) == pytest.approx(t_sync / t_top, abs=5e-4)
+
+
+def test_real_tiny_measurement_is_cached_and_plotted(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("COMPZOO_CACHE", str(tmp_path / "cache"))
+    fig = tmp_path / "fig.png"
+    specs = ["topk:k=10", "randk:k=10,shared=true"]
+    argv = ["--params", "1000", "--workers", "4", "--compressors", *specs, "--plot", str(fig)]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "flat vector of 1000 floats: d=1000, workers=4" in out
+    cache = json.loads((tmp_path / "cache" / "systems_measurements.json").read_text())
+    assert len(cache) == 2
+    (top,) = [v for k, v in cache.items() if k.endswith("|d=1000|flat|n=1|wire|topk:k=10")]
+    assert top["bits"] == 10 * (32 + 10) and top["collective"] == "allgather"
+    assert fig.stat().st_size > 1000
+
+    def boom(*a, **k):
+        raise AssertionError("the cache should have answered")
+
+    monkeypatch.setattr(measure_mod, "measure", boom)
+    assert main(argv[:-2]) == 0
+    assert "randk:k=10,shared=true allreduce" in capsys.readouterr().out
+
+
+def test_measure_counts_bits_per_layer():
+    flat = measure("topk:k=10", (1000,), repeats=1, budget_s=0.5)
+    assert (flat.bits, flat.d, flat.layout) == (420, 1000, "flat")
+    blocks = measure("topk:k=10", (600, 400), repeats=1, budget_s=0.5)
+    assert (blocks.bits, blocks.d, blocks.layout) == (10 * 42 + 10 * 41, 1000, "layers2")
+    assert blocks.repeats >= 1 and blocks.encode_s > 0 and blocks.decode_s > 0
+
+
+def test_collective_follows_the_declarations():
+    from compressors.registry import parse_spec
+
+    assert collective_of(parse_spec("identity")) == "allreduce"
+    assert collective_of(parse_spec("randk:shared=true")) == "allreduce"
+    assert collective_of(parse_spec("randk")) == "allgather"  # private supports do not add up
+    assert collective_of(parse_spec("rank:r=4")) == "allgather"  # a private Gaussian query
+    assert collective_of(parse_spec("sign")) == "allgather"
+
+
+def test_remeasure_ignores_the_cache(tmp_path):
+    path = tmp_path / "c.json"
+    a = measure_cached("sign", (64,), path=path)
+    cache = json.loads(path.read_text())
+    path.write_text(json.dumps({k: {**v, "bits": -1} for k, v in cache.items()}))
+    assert measure_cached("sign", (64,), path=path).bits == -1
+    assert measure_cached("sign", (64,), path=path, remeasure=True).bits == a.bits == 64
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--model", "vgg"], "invalid choice: 'vgg' (choose from"),
+        (["--compressors", "foo"], "unknown compressor 'foo'; allowed: identity, randk, topk"),
+        (["--bandwidth", "0"], "--bandwidth must be a finite number > 0 Gbit/s, got 0.0"),
+        (["--bandwidth", "-3"], "--bandwidth must be a finite number > 0 Gbit/s, got -3.0"),
+        (["--workers", "0"], "--workers must be an integer >= 1, got 0"),
+        (["--table-bandwidths", "1,x"], "--table-bandwidths must be numbers joined by commas"),
+    ],
+)
+def test_bad_input_exits_2_naming_the_value(argv, message, capsys):
+    try:
+        rc = main(argv, measurer=fake)
+    except SystemExit as e:
+        rc = e.code
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert message in err
+    if argv[0] == "--model":  # argparse lists the allowed models (quoted or not, by version)
+        assert all(name in err for name in ("resnet50", "resnet101", "bert-base"))
