@@ -1,4 +1,8 @@
 """Speed and memory benchmarks, reported as ratios measured side by side in one run.
 
-Not part of the test suite: ``python -m benchmarks``.
+Not part of the test suite: ``python -m benchmarks [--quick] [--out DIR] [--device cuda]``.
+Parts: :mod:`benchmarks.per_iteration` (every method against the per-node NumPy loops of
+:mod:`benchmarks.baselines`), :mod:`benchmarks.bandwidth` (the triad and the bytes bound),
+:mod:`benchmarks.compressors_bench`, :mod:`benchmarks.memory`, :mod:`benchmarks.deep`;
+:mod:`benchmarks.report` turns their rows into ratios, targets and markdown.
 """

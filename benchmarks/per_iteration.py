@@ -1,41 +1,130 @@
-"""Seconds per iteration of compzoo's batched methods against per-node NumPy loops.
+"""Seconds per iteration of every registered method, against per-node NumPy loops.
 
-EF21 + Top-K and DIANA + Rand-K on dense ``logreg-nonconvex`` data (lambda = 0.1) at
-``(n, d, m_i)`` in {(20, 1000, 100), (100, 1000, 100), (1000, 100, 20)}, float64, one thread
-pool, both sides timed in the same run on the same data with the same step; the ratio is
-baseline seconds / compzoo seconds (above 1: compzoo is faster). Within a shape, all compzoo
-timings come first, then all baseline timings, with a pause between: NumPy's BLAS threads
-and torch's keep spinning briefly after a call and slow the other side down when they
-alternate.
+Problem: ``logreg-nonconvex`` (lambda = 0.1) on synthetic data at each case of :data:`CASES`:
+dense ``(n, d, m_i)`` shapes in float64 and float32, and a w8a-shaped sparse case (``d = 300``,
+density 4%, 50,000 rows over ``n = 20`` nodes) run once on sparse data and once densified
+(the same matrix, forced down the dense-kernel path). Each method uses its usual compressor:
+Top-K for contractive methods, Rand-K otherwise, with ``k = max(1, d/100)``, and its theory
+step. EF21 + Top-K, DIANA + Rand-K, MARINA + Rand-K and DASHA + Rand-K are also run by the
+per-node loops of :mod:`benchmarks.baselines` on the same data with the same parameters; the
+ratio is baseline seconds / compzoo seconds (above 1: compzoo is faster).
+
+Both sides time ``init`` plus ``iters`` steps and divide by ``iters`` (so the per-iteration
+figure carries ``1/iters`` of an initial gradient). Within a case all compzoo timings come
+first, then all baseline timings, with a pause between: NumPy's BLAS threads and torch's keep
+spinning briefly after a call and slow the other side down when they alternate.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import numpy as np
+import scipy.sparse as sp
 import torch
 
+import problems.glm as glm
 from algorithms.comm import SimulatedComm
-from algorithms.registry import get_algorithm
-from benchmarks import baselines
+from algorithms.registry import ALGORITHMS
+from algorithms.vr_common import TAG_COIN
+from benchmarks import bandwidth, baselines
 from compressors import parse_spec
 from problems.logreg_nonconvex import LogRegNonconvex
 
-SHAPES = ((20, 1000, 100), (100, 1000, 100), (1000, 100, 20))
+log = logging.getLogger(__name__)
+
 LAM = 0.1
+DENSE_SHAPES = (
+    (20, 1000, 100),
+    (100, 1000, 100),
+    (20, 10000, 500),
+    (1000, 100, 20),
+    (10000, 100, 10),
+)
+W8A = (20, 300, 2500, 0.04)  # n, d, m_i, density: 50,000 rows as in w8a
+BASELINES = ("ef21", "diana", "marina", "dasha")
 
 
-def make_data(n: int, d: int, m_i: int, seed: int = 0):
+@dataclass(frozen=True)
+class Case:
+    """One benchmark problem: ``kind`` is ``dense``, ``sparse`` or ``densified``."""
+
+    kind: str
+    n: int
+    d: int
+    m_i: int
+    dtype: str
+    density: float = 1.0
+
+    @property
+    def label(self) -> str:
+        return f"{self.kind} {self.dtype} n={self.n} d={self.d} m_i={self.m_i}"
+
+
+ALL_METHODS_QUICK = ((20, 1000, 100), (1000, 100, 20))
+
+
+def cases(quick: bool) -> list[tuple[Case, tuple[str, ...] | None]]:
+    """``(case, methods)`` pairs (None: every registered method).
+
+    Full: every method at every case. Quick: every method on two dense float64 shapes and the
+    sparse pair, the four methods with baselines elsewhere; no ``d = 10^4, m_i = 500`` case
+    and no float32 ``n = 100`` case.
+    """
+    shapes = [s for s in DENSE_SHAPES if not (quick and s == (20, 10000, 500))]
+    n, d, m_i, rho = W8A
+    out = [Case("dense", *s, "float64") for s in shapes]
+    out += [Case("dense", *s, "float32") for s in shapes if not (quick and s[0] == 100)]
+    out += [Case(k, n, d, m_i, "float64", rho) for k in ("sparse", "densified")]
+    if not quick:
+        return [(c, None) for c in out]
+    every = ("sparse", "densified")
+    return [
+        (
+            c,
+            None
+            if c.kind in every or (c.dtype == "float64" and (c.n, c.d, c.m_i) in ALL_METHODS_QUICK)
+            else BASELINES,
+        )
+        for c in out
+    ]
+
+
+def make_data(case: Case, seed: int = 0):
+    """Rows ``A`` (dense array, or CSR for sparse kinds) and labels ``b`` in {-1, +1}."""
     rng = np.random.default_rng(seed)
-    A = rng.standard_normal((n * m_i, d)) / np.sqrt(d)
-    b = np.where(rng.random(n * m_i) < 0.5, -1.0, 1.0)
+    N = case.n * case.m_i
+    b = np.where(rng.random(N) < 0.5, -1.0, 1.0)
+    if case.kind == "dense":
+        return rng.standard_normal((N, case.d)) / np.sqrt(case.d), b
+    A = sp.random(N, case.d, density=case.density, format="csr", random_state=rng)
+    A.data[:] = 1.0  # binary features, as in w8a
     return A, b
 
 
-def _median_time(fn, repeats: int) -> float:
+@contextlib.contextmanager
+def _forced_dense(on: bool) -> Iterator[None]:
+    """Route the GLM through its dense kernels whatever the data's density."""
+    old = glm.DENSE_ABOVE
+    glm.DENSE_ABOVE = -1.0 if on else old
+    try:
+        yield
+    finally:
+        glm.DENSE_ABOVE = old
+
+
+def compressor_for(name: str, d: int) -> str:
+    """The method's usual compressor spec: Top-K if it needs a contractive one, else Rand-K."""
+    k = max(1, d // 100)
+    return f"topk:k={k}" if ALGORITHMS[name].needs == "contractive" else f"randk:k={k}"
+
+
+def _median_time(fn: Callable[[], object], repeats: int) -> float:
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
@@ -44,74 +133,130 @@ def _median_time(fn, repeats: int) -> float:
     return statistics.median(times)
 
 
-def bench_shape(n: int, d: int, m_i: int, iters: int, repeats: int) -> list[dict]:
-    A, b = make_data(n, d, m_i)
-    counts = np.full(n, m_i)
-    problem = LogRegNonconvex(A, b, counts, lam=LAM, x0="zeros")
-    A_nodes = [A[i * m_i : (i + 1) * m_i] for i in range(n)]
-    b_nodes = [b[i * m_i : (i + 1) * m_i] for i in range(n)]
-    x0 = np.zeros(d)
-    k = max(1, d // 100)
-    jobs: list[tuple[str, str, Callable, Callable]] = []
-    for name, spec, opts in (
-        ("ef21", f"topk:k={k}", {}),
-        ("diana", f"randk:k={k}", {"init_mode": "zero"}),
-    ):
-        algo, _rec = get_algorithm(name).configure(problem, parse_spec(spec), **opts)
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
-        def ours(algo=algo):
-            comm = SimulatedComm(n, seed=0)
+
+def bench_case(
+    case: Case, iters: int, repeats: int, device: str = "cpu", methods=None
+) -> list[dict]:
+    """Rows of :func:`run` for one case: one per method, baselines where they exist."""
+    dev = torch.device(device)
+    A, b = make_data(case)
+    counts = np.full(case.n, case.m_i)
+    dtype = getattr(torch, case.dtype)
+    with _forced_dense(case.kind == "densified"):
+        problem = LogRegNonconvex(A, b, counts, lam=LAM, dtype=dtype, device=dev, x0="zeros")
+    nnz = None if problem.dense else int(problem._A64.nnz)
+    itemsize = torch.finfo(dtype).bits // 8
+    jobs = []
+    for name in methods or ALGORITHMS:
+        spec = compressor_for(name, case.d)
+        opts = {"init_mode": "zero"} if name == "diana" else {}
+        try:
+            algo, _rec = ALGORITHMS[name].configure(problem, parse_spec(spec), **opts)
+        except ValueError as e:
+            log.warning("%s on %s: %s", name, case.label, e)
+            jobs.append({"method": name, "spec": spec, "error": str(e)})
+            continue
+        final: dict = {}
+
+        def ours(algo=algo, final=final, iters=iters):
+            comm = SimulatedComm(case.n, seed=0)
             state = algo.init(problem.x0, problem, comm)
             for _ in range(iters):
                 state, _info = algo.step(state, problem, comm)
+            _sync(dev)
+            final["state"] = state
             return state.x
 
-        if name == "ef21":
-
-            def base(gamma=algo.gamma):
-                return baselines.ef21_topk(A_nodes, b_nodes, x0, gamma, k, LAM, iters)
-        else:
-
-            def base(gamma=algo.gamma, alpha=algo.alpha):
-                return baselines.diana_randk(A_nodes, b_nodes, x0, gamma, k, alpha, LAM, iters)
-
-        jobs.append((name, spec, ours, base))
-    for _name, _spec, ours, _base in jobs:
-        ours()  # warm-up (lazy constants, allocator)
-    t_ours = [_median_time(ours, repeats) / iters for _n, _s, ours, _b in jobs]
-    time.sleep(0.5)
-    t_base = [_median_time(base, repeats) / iters for _n, _s, _o, base in jobs]
-    time.sleep(0.5)
-    return [
-        {
-            "method": f"{name}+{spec}",
-            "n": n,
-            "d": d,
-            "m_i": m_i,
-            "compzoo_ms": 1e3 * to,
-            "numpy_loop_ms": 1e3 * tb,
-            "ratio": tb / to,
-        }
-        for (name, spec, _o, _b), to, tb in zip(jobs, t_ours, t_base, strict=True)
-    ]
-
-
-def run(quick: bool = False) -> list[dict]:
-    iters, repeats = (10, 1) if quick else (40, 3)
+        jobs.append({"method": name, "spec": spec, "algo": algo, "ours": ours, "final": final})
+    for job in jobs:
+        if "ours" in job:
+            job["ours"](iters=1)  # warm-up: lazy constants, allocator, kernels
+    for job in jobs:
+        if "ours" in job:
+            job["compzoo_s"] = _median_time(job["ours"], repeats) / iters
+    if dev.type == "cpu":
+        time.sleep(0.5)
+        base = _baseline_jobs(case, A, b, dtype, jobs, iters)
+        for job in jobs:
+            if job["method"] in base:
+                job["numpy_loop_s"] = _median_time(base[job["method"]], repeats) / iters
+        time.sleep(0.5)
     rows = []
-    for n, d, m_i in SHAPES:
-        rows += bench_shape(n, d, m_i, iters, repeats)
+    for job in jobs:
+        row = {"case": case.label, "kind": case.kind, "n": case.n, "d": case.d}
+        row.update(m_i=case.m_i, dtype=case.dtype, method=job["method"], spec=job["spec"])
+        if "error" in job:
+            rows.append({**row, "error": job["error"]})
+            continue
+        sbytes = bandwidth.state_bytes(job["final"]["state"])
+        # Minibatch methods touch only their batches' rows: the bound counts those (a lower
+        # bound: the PAGE/MVR variants evaluate two points, and sometimes a full pass).
+        batch = getattr(job["algo"], "batch_size", None)
+        rows_touched = case.n * min(case.m_i, batch) if batch else case.n * case.m_i
+        nz = None if nnz is None else nnz * rows_touched // (case.n * case.m_i)
+        dbytes = bandwidth.data_bytes(rows_touched, case.d, itemsize, nz)
+        if batch:
+            row["batch"] = batch
+        row.update(
+            compzoo_s=job["compzoo_s"],
+            bytes=bandwidth.iteration_bytes(dbytes, sbytes),
+            data_bytes=dbytes,
+            state_bytes=sbytes,
+        )
+        if "numpy_loop_s" in job:
+            row["numpy_loop_s"] = job["numpy_loop_s"]
+        rows.append(row)
     return rows
 
 
-def table(rows: list[dict]) -> str:
-    head = "| method | n | d | m_i | compzoo ms/iter | NumPy loop ms/iter | speed-up |"
-    lines = [head, "|---|---|---|---|---|---|---|"]
-    for r in rows:
-        lines.append(
-            f"| {r['method']} | {r['n']} | {r['d']} | {r['m_i']} | "
-            f"{r['compzoo_ms']:.3f} | {r['numpy_loop_ms']:.3f} | {r['ratio']:.2f}x |"
+def _baseline_jobs(case: Case, A, b, dtype, jobs: list[dict], iters: int) -> dict:
+    """The per-node NumPy loops for the methods that have one, on this case's data."""
+    np_dtype = np.float32 if dtype == torch.float32 else np.float64
+    m = case.m_i
+    if case.kind == "densified":
+        A = A.toarray()
+    A_nodes = [A[i * m : (i + 1) * m].astype(np_dtype) for i in range(case.n)]
+    b_nodes = [b[i * m : (i + 1) * m].astype(np_dtype) for i in range(case.n)]
+    x0 = np.zeros(case.d, dtype=np_dtype)
+    k = max(1, case.d // 100)
+    algos = {j["method"]: j["algo"] for j in jobs if "algo" in j}
+    out: dict[str, Callable[[], np.ndarray]] = {}
+    if "ef21" in algos:
+        g = algos["ef21"].gamma
+        out["ef21"] = lambda: baselines.ef21_topk(A_nodes, b_nodes, x0, g, k, LAM, iters)
+    if "diana" in algos:
+        al = algos["diana"]
+        out["diana"] = lambda: baselines.diana_randk(
+            A_nodes, b_nodes, x0, al.gamma, k, al.alpha, LAM, iters
         )
-    threads = torch.get_num_threads()
-    lines.append(f"\n(torch threads: {threads}; float64; ratio = NumPy loop time / compzoo time)")
-    return "\n".join(lines)
+    if "marina" in algos:
+        ma = algos["marina"]
+        comm = SimulatedComm(case.n, seed=0)
+        p = ma._p(case.d)
+        syncs = np.array([comm.coin(t, p, tag=TAG_COIN) for t in range(iters)])
+        out["marina"] = lambda: baselines.marina_randk(
+            A_nodes, b_nodes, x0, ma.gamma, k, syncs, LAM, iters
+        )
+    if "dasha" in algos:
+        da = algos["dasha"]
+        a = da._a(case.d)
+        out["dasha"] = lambda: baselines.dasha_randk(
+            A_nodes, b_nodes, x0, da.gamma, k, a, LAM, iters
+        )
+    return out
+
+
+def run(quick: bool = False, device: str = "cpu", methods=None) -> list[dict]:
+    """Every case of :func:`cases`; one row per (case, method)."""
+    iters, repeats = (2, 3) if quick else (10, 5)
+    rows = []
+    for case, some in cases(quick):
+        t0 = time.perf_counter()
+        chosen = [m for m in (methods or ALGORITHMS) if some is None or m in some]
+        rows += bench_case(case, iters, repeats, device, chosen)
+        log.info("%s: %.1f s", case.label, time.perf_counter() - t0)
+    return rows

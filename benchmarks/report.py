@@ -1,0 +1,283 @@
+"""Ratios, issue-9 targets and markdown tables from the raw benchmark rows.
+
+Everything here is arithmetic on numbers measured elsewhere, so it can be checked on injected
+numbers. Targets (medians, same run): dense GLM cases at least 1.5x faster than the per-node
+NumPy loop and at least 50% of the bandwidth bound in float64; the ``n >= 1000`` cases at least
+10x faster than the loop; the sparse w8a-shaped case at least 5x faster than on densified data;
+Top-K and Rand-K encode+decode within 2x of the bare torch primitive; peak resident memory
+within 1.5x of the state plus data.
+"""
+
+from __future__ import annotations
+
+from benchmarks.bandwidth import percent_of_bound
+
+__all__ = [
+    "derive_iterations",
+    "derive_sparse",
+    "derive_compressors",
+    "derive_memory",
+    "derive_deep",
+    "markdown",
+]
+
+SPEEDUP_DENSE = 1.5
+SPEEDUP_MANY_NODES = 10.0
+MANY_NODES = 1000
+BOUND_PCT = 50.0
+SPARSE_SPEEDUP = 5.0
+COMPRESSOR_SLOWDOWN = 2.0
+MEMORY_RATIO = 1.5
+
+
+def _verdict(checks: list[tuple[bool, str]]) -> str:
+    if not checks:
+        return "-"
+    missed = [what for ok, what in checks if not ok]
+    return "met" if not missed else "MISSED: " + ", ".join(missed)
+
+
+def derive_iterations(rows: list[dict], bandwidth: float) -> list[dict]:
+    """Add ``speedup`` (loop / compzoo), ``pct_bound`` and ``target`` to per-iteration rows.
+
+    The bandwidth target applies to full-gradient methods only: a minibatch method's bound
+    (its batches' rows) is too small for per-step overheads to fit under.
+    """
+    out = []
+    for r in rows:
+        r = dict(r)
+        if "error" not in r:
+            r["pct_bound"] = percent_of_bound(r["bytes"], bandwidth, r["compzoo_s"])
+            checks = []
+            if "numpy_loop_s" in r:
+                r["speedup"] = r["numpy_loop_s"] / r["compzoo_s"]
+                if r["kind"] == "dense":
+                    need = SPEEDUP_MANY_NODES if r["n"] >= MANY_NODES else SPEEDUP_DENSE
+                    checks.append((r["speedup"] >= need, f"speed-up < {need:g}x"))
+            if r["kind"] == "dense" and r["dtype"] == "float64" and not r.get("batch"):
+                checks.append((r["pct_bound"] >= BOUND_PCT, f"< {BOUND_PCT:g}% of bound"))
+            r["target"] = _verdict(checks)
+        out.append(r)
+    return out
+
+
+def derive_sparse(rows: list[dict]) -> list[dict]:
+    """Pair each method's ``sparse`` and ``densified`` rows: ``speedup`` = densified / sparse
+    (the 5x target for full-gradient methods only)."""
+    by = {(r["kind"], r["method"]): r for r in rows if "error" not in r}
+    out = []
+    for (kind, method), r in by.items():
+        dense = by.get(("densified", method))
+        if kind != "sparse" or dense is None:
+            continue
+        s = dense["compzoo_s"] / r["compzoo_s"]
+        # A minibatch method touches B rows per node and step: no data pass to speed up.
+        checks = [] if r.get("batch") else [(s >= SPARSE_SPEEDUP, f"< {SPARSE_SPEEDUP:g}x")]
+        out.append(
+            {
+                "method": method,
+                "sparse_s": r["compzoo_s"],
+                "densified_s": dense["compzoo_s"],
+                "speedup": s,
+                "target": _verdict(checks),
+            }
+        )
+    return out
+
+
+def derive_compressors(rows: list[dict]) -> list[dict]:
+    """Add ``slowdown`` (compressor / primitive) and, for Top-K and Rand-K, ``target``."""
+    out = []
+    for r in rows:
+        r = dict(r)
+        if "error" not in r:
+            r["slowdown"] = r["compzoo_s"] / r["primitive_s"]
+            name = r["compressor"].split(":")[0]
+            checks = []
+            if name in ("topk", "randk"):
+                ok = r["slowdown"] <= COMPRESSOR_SLOWDOWN
+                checks.append((ok, f"> {COMPRESSOR_SLOWDOWN:g}x primitive"))
+            r["target"] = _verdict(checks)
+        out.append(r)
+    return out
+
+
+def derive_memory(rows: list[dict]) -> list[dict]:
+    """Add ``ratio`` = (peak extra + data) / (state + data) and ``target``."""
+    out = []
+    for r in rows:
+        r = dict(r)
+        if "error" not in r:
+            r["ratio"] = (r["extra_bytes"] + r["data_bytes"]) / (r["state_bytes"] + r["data_bytes"])
+            ok = r["ratio"] <= MEMORY_RATIO
+            r["target"] = _verdict([(ok, f"> {MEMORY_RATIO:g}x state+data")])
+        out.append(r)
+    return out
+
+
+def derive_deep(rows: list[dict]) -> list[dict]:
+    """Add ``speedup`` = loop / batched (no issue-9 target)."""
+    return [{**r, "speedup": r["loop_s"] / r["batched_s"]} for r in rows]
+
+
+def _ms(s: float) -> str:
+    return f"{1e3 * s:.3g}"
+
+
+def _mb(b: float) -> str:
+    return f"{b / 2**20:.1f}"
+
+
+def _table(head: list[str], body: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(row) + " |" for row in body]
+    return "\n".join(lines)
+
+
+def markdown(res: dict) -> str:
+    """The whole report from the derived results (see ``benchmarks.__main__``)."""
+    bw = res["bandwidth"]
+    parts = [
+        "# compzoo benchmarks (issue 9)",
+        f"\n{res['meta']}\n",
+        "## Memory bandwidth (STREAM-like triad, float64)\n",
+        _table(
+            ["numpy GB/s", "torch GB/s", "used (best) GB/s"],
+            [
+                [
+                    f"{bw.get('numpy', float('nan')) / 1e9:.2f}",
+                    f"{bw['torch'] / 1e9:.2f}",
+                    f"{bw['best'] / 1e9:.2f}",
+                ]
+            ],
+        ),
+        "\n## Seconds per iteration: compzoo vs per-node NumPy loop, % of bandwidth bound\n",
+        "speed-up = loop / compzoo; bound = (data pass + 2 x state bytes) / bandwidth.\n",
+    ]
+    body = []
+    for r in res["iterations"]:
+        if "error" in r:
+            body.append([r["case"], r["method"], "error: " + r["error"], "", "", "", "", ""])
+            continue
+        loop = _ms(r["numpy_loop_s"]) if "numpy_loop_s" in r else "-"
+        sp = f"{r['speedup']:.2f}x" if "speedup" in r else "-"
+        body.append(
+            [
+                r["case"],
+                f"{r['method']} ({r['spec']})",
+                _ms(r["compzoo_s"]),
+                loop,
+                sp,
+                f"{r['bytes'] / 1e6:.3g}",
+                f"{r['pct_bound']:.1f}%",
+                r["target"],
+            ]
+        )
+    parts.append(
+        _table(
+            ["case", "method", "compzoo ms", "loop ms", "speed-up", "MB/iter", "% bound", "target"],
+            body,
+        )
+    )
+    parts.append("\n## Sparse w8a shape (d=300, 4%, m=50,000, n=20): sparse vs densified\n")
+    parts.append(
+        _table(
+            ["method", "sparse ms", "densified ms", "speed-up", "target (>= 5x)"],
+            [
+                [
+                    r["method"],
+                    _ms(r["sparse_s"]),
+                    _ms(r["densified_s"]),
+                    f"{r['speedup']:.2f}x",
+                    r["target"],
+                ]
+                for r in res["sparse"]
+            ],
+        )
+    )
+    parts.append("\n## Compressors: encode+decode vs torch primitive (float32, one row)\n")
+    body = []
+    for r in res["compressors"]:
+        if "error" in r:
+            body.append(
+                [r["compressor"], str(r["elements"]), "error: " + r["error"], "", "", "", ""]
+            )
+            continue
+        body.append(
+            [
+                r["compressor"],
+                str(r["elements"]),
+                _ms(r["compzoo_s"]),
+                r["primitive"],
+                _ms(r["primitive_s"]),
+                f"{r['slowdown']:.2f}x",
+                r["target"],
+            ]
+        )
+    parts.append(
+        _table(
+            [
+                "compressor",
+                "elements",
+                "ms",
+                "primitive",
+                "primitive ms",
+                "slowdown",
+                "target (<= 2x)",
+            ],
+            body,
+        )
+    )
+    parts.append("\n## Peak resident memory vs theoretical state + data\n")
+    body = []
+    for r in res["memory"]:
+        if "error" in r:
+            body.append(
+                [r["method"], f"{r['n']}x{r['d']}", "error: " + r["error"], "", "", "", "", ""]
+            )
+            continue
+        body.append(
+            [
+                r["method"],
+                f"{r['n']}x{r['d']}",
+                str(r["nd_buffers"]),
+                _mb(r["state_bytes"]),
+                _mb(r["data_bytes"]),
+                _mb(r["extra_bytes"]),
+                f"{r['ratio']:.2f}x",
+                r["target"],
+            ]
+        )
+    parts.append(
+        _table(
+            [
+                "method",
+                "n x d",
+                "(n,d) buffers",
+                "state MiB",
+                "data MiB",
+                "peak extra MiB",
+                "ratio",
+                "target (<= 1.5x)",
+            ],
+            body,
+        )
+    )
+    parts.append("\n## Deep nets: batched (vmap) vs loop over 8 nodes, one minibatch gradient\n")
+    parts.append(
+        _table(
+            ["net", "d", "batch/node", "batched ms", "loop ms", "speed-up"],
+            [
+                [
+                    r["net"],
+                    str(r["d"]),
+                    str(r["batch"]),
+                    _ms(r["batched_s"]),
+                    _ms(r["loop_s"]),
+                    f"{r['speedup']:.2f}x",
+                ]
+                for r in res["deep"]
+            ],
+        )
+    )
+    return "\n".join(parts) + "\n"
