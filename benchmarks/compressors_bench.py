@@ -9,12 +9,10 @@ compressor seconds / primitive seconds (1 = as fast as the bare primitive).
 
 from __future__ import annotations
 
-import statistics
-import time
-
 import torch
 
 from algorithms.comm import SimulatedComm
+from benchmarks.clock import median_seconds
 from compressors import parse_spec
 from compressors.registry import COMPRESSORS
 
@@ -53,18 +51,6 @@ def _primitive(name: str, x: torch.Tensor, k: int, gen: torch.Generator):
     return "copy", lambda: x.clone()
 
 
-def _time(fn, repeats: int, sync) -> float:
-    fn()
-    sync()
-    ts = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts)
-
-
 def run(quick: bool = False, device: str = "cpu") -> list[dict]:
     """One row per (compressor, size); big sizes only for Top-K, Rand-K and the copy-like ones
     that are cheap enough in quick mode."""
@@ -89,11 +75,11 @@ def run(quick: bool = False, device: str = "cpu") -> list[dict]:
                 def ours(C=C, comm=comm, x=x):
                     return C.decode(C.encode(x, comm.rng_for(C, 0)))
 
-                t_ours = _time(ours, repeats, sync)
+                t_ours = median_seconds(ours, repeats, sync)
             except (ValueError, RuntimeError) as e:
                 rows.append({**row, "error": str(e)})
                 continue
             prim, pfn = _primitive(name, x, k, gen)
-            t_prim = _time(pfn, repeats, sync)
+            t_prim = median_seconds(pfn, repeats, sync)
             rows.append({**row, "compzoo_s": t_ours, "primitive": prim, "primitive_s": t_prim})
     return rows

@@ -7,28 +7,14 @@ same batch; the ratio is loop seconds / batched seconds (above 1: batching pays)
 
 from __future__ import annotations
 
-import statistics
-import time
-
 import torch
 
+from benchmarks.clock import median_seconds
 from problems.registry import make_problem
 
 __all__ = ["run", "NODES"]
 
 NODES = 8
-
-
-def _time(fn, repeats: int, sync) -> float:
-    fn()
-    sync()
-    ts = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts)
 
 
 def run(quick: bool = False, device: str = "cpu") -> list[dict]:
@@ -45,7 +31,7 @@ def run(quick: bool = False, device: str = "cpu") -> list[dict]:
             X = 0.01 * torch.randn(NODES, p.d, generator=gen, device=dev, dtype=p.dtype)
             X = X + p.x0.to(dev, p.dtype)
             b = p.sample(torch.Generator().manual_seed(1), batch)
-            t[batched] = _time(lambda p=p, X=X, b=b: p.grad(X, b), repeats, sync)
+            t[batched] = median_seconds(lambda p=p, X=X, b=b: p.grad(X, b), repeats, sync)
         rows.append(
             {
                 "net": name,

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import statistics
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ from algorithms.comm import SimulatedComm
 from algorithms.registry import ALGORITHMS
 from algorithms.vr_common import TAG_COIN
 from benchmarks import bandwidth, baselines
+from benchmarks.clock import median_seconds
 from compressors import parse_spec
 from problems.logreg_nonconvex import LogRegNonconvex
 
@@ -124,15 +124,6 @@ def compressor_for(name: str, d: int) -> str:
     return f"topk:k={k}" if ALGORITHMS[name].needs == "contractive" else f"randk:k={k}"
 
 
-def _median_time(fn: Callable[[], object], repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -177,13 +168,15 @@ def bench_case(
             job["ours"](iters=1)  # warm-up: lazy constants, allocator, kernels
     for job in jobs:
         if "ours" in job:
-            job["compzoo_s"] = _median_time(job["ours"], repeats) / iters
+            job["compzoo_s"] = median_seconds(job["ours"], repeats, warmup=False) / iters
     if dev.type == "cpu":
         time.sleep(0.5)
         base = _baseline_jobs(case, A, b, dtype, jobs, iters)
         for job in jobs:
             if job["method"] in base:
-                job["numpy_loop_s"] = _median_time(base[job["method"]], repeats) / iters
+                job["numpy_loop_s"] = (
+                    median_seconds(base[job["method"]], repeats, warmup=False) / iters
+                )
         time.sleep(0.5)
     rows = []
     for job in jobs:

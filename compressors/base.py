@@ -288,3 +288,17 @@ def scatter_rows(packet: Packet, idx: torch.Tensor, values: torch.Tensor) -> tor
     """Dense ``(m, d)`` rows with ``values`` at column indices ``idx`` (both ``(m, k)``)."""
     out = torch.zeros(idx.shape[0], packet.d, dtype=values.dtype, device=values.device)
     return out.scatter_(1, idx, values)
+
+
+class SparseWire:
+    """The wire form of a sparsifier: its support (the class's ``_write_support`` /
+    ``_read_support``: indices, a bitmap or a seed), then the ``k`` values of each row."""
+
+    def _write(self, packet: Packet, w: BitWriter) -> None:
+        self._write_support(packet, w)
+        w.floats(packet.fields["values"])
+
+    def _read(self, rd: BitReader, like: Packet, nodes: torch.Tensor) -> Packet:
+        idx, meta = self._read_support(rd, like, nodes)
+        values = rd.floats(idx.shape[1], like.fields["values"].dtype)
+        return self._rebuilt(like, rd.r, self.bits(like.d), meta, values=values, indices=idx)

@@ -10,6 +10,7 @@ import torch
 from compressors.base import (
     Compressor,
     Packet,
+    SparseWire,
     ceil_log2,
     check_float_bits,
     check_k_ratio,
@@ -69,7 +70,7 @@ def read_support(rd: BitReader, index: str, k: int, d: int, nodes: torch.Tensor)
 
 
 @dataclass(frozen=True)
-class RandK(Compressor):
+class RandK(SparseWire, Compressor):
     """Unbiased Rand-K sparsification.
 
     Pick a uniform ``k``-subset ``S`` of the coordinates (without replacement) from the row's
@@ -168,12 +169,3 @@ class RandK(Compressor):
             return like.fields["indices"][:1].expand(rd.r, k).clone(), {"scale": d / k}
         idx, keys = read_support(rd, self.index, k, d, nodes)
         return idx, {"scale": d / k} if keys is None else {"scale": d / k, "keys": keys}
-
-    def _write(self, packet: Packet, w: BitWriter) -> None:
-        self._write_support(packet, w)
-        w.floats(packet.fields["values"])
-
-    def _read(self, rd: BitReader, like: Packet, nodes: torch.Tensor) -> Packet:
-        idx, meta = self._read_support(rd, like, nodes)
-        values = rd.floats(idx.shape[1], like.fields["values"].dtype)
-        return self._rebuilt(like, rd.r, self.bits(like.d), meta, values=values, indices=idx)

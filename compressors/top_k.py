@@ -10,6 +10,7 @@ import torch
 from compressors.base import (
     Compressor,
     Packet,
+    SparseWire,
     check_float_bits,
     check_k_ratio,
     resolve_k,
@@ -36,7 +37,7 @@ def top_k_indices(a: torch.Tensor, k: int) -> torch.Tensor:
 
 
 @dataclass(frozen=True)
-class TopK(Compressor):
+class TopK(SparseWire, Compressor):
     """Top-K sparsification (greedy), ties broken toward the lower index.
 
     Keep the ``k`` coordinates of largest ``|x_j|``, send their values and indices.
@@ -116,12 +117,3 @@ class TopK(Compressor):
         """The support of the received rows and the meta their packet carries."""
         idx, _ = read_support(rd, self.index, self.k_of(like.d), like.d, nodes)
         return idx, {"scale": 1.0}
-
-    def _write(self, packet: Packet, w: BitWriter) -> None:
-        self._write_support(packet, w)
-        w.floats(packet.fields["values"])
-
-    def _read(self, rd: BitReader, like: Packet, nodes: torch.Tensor) -> Packet:
-        idx, meta = self._read_support(rd, like, nodes)
-        values = rd.floats(idx.shape[1], like.fields["values"].dtype)
-        return self._rebuilt(like, rd.r, self.bits(like.d), meta, values=values, indices=idx)
