@@ -50,6 +50,27 @@ def _as_int64(v: int) -> int:
     return v - (1 << 64) if v >= 1 << 63 else v
 
 
+_MASK = (1 << 64) - 1
+
+
+def _mix_int(z: int) -> int:
+    """:func:`_mix` on one Python integer (uint64 arithmetic, the same bits): deriving a key
+    from a seed and tags costs a few integer operations instead of dozens of tiny kernels."""
+    z &= _MASK
+    z = ((z ^ (z >> 30)) * (_MIX1 & _MASK)) & _MASK
+    z = ((z ^ (z >> 27)) * (_MIX2 & _MASK)) & _MASK
+    return z ^ (z >> 31)
+
+
+def _key_int(seed: int, tags: Sequence[int]) -> int:
+    """The key of ``(seed, *tags)`` as a signed 64-bit integer (see :meth:`Streams.shared`)."""
+    g = _GOLDEN & _MASK
+    key = _mix_int(seed + g)
+    for tag in tags:
+        key = _mix_int(key ^ _mix_int(_as_int64(tag) * g + g))
+    return _as_int64(key)
+
+
 def _derive(keys: torch.Tensor, tag: torch.Tensor | int) -> torch.Tensor:
     """A child key per row: a different, independent-looking stream for each (key, tag)."""
     if isinstance(tag, int):
@@ -89,8 +110,8 @@ class Streams:
     ) -> Streams:
         """Private streams: row ``j`` is node ``nodes[j]``, keyed by ``(seed, *tags, node)``."""
         nodes_t = torch.as_tensor(nodes, dtype=torch.int64, device=device).reshape(-1)
-        base = cls.shared(seed, 1, *tags, device=device).keys
-        return cls(_derive(base.expand_as(nodes_t), nodes_t), nodes_t)
+        base = torch.full_like(nodes_t, _key_int(seed, tags))
+        return cls(_derive(base, nodes_t), nodes_t)
 
     @classmethod
     def shared(
@@ -105,17 +126,14 @@ class Streams:
 
         ``nodes`` defaults to ``0..m-1``.
         """
-        key = torch.tensor([_as_int64(seed)], dtype=torch.int64, device=device)
-        key = _mix(key + _GOLDEN)
-        for tag in tags:
-            key = _derive(key, tag)
+        key = _key_int(seed, tags)
         if nodes is None:
             nodes_t = torch.arange(m, dtype=torch.int64, device=device)
         else:
             nodes_t = torch.as_tensor(nodes, dtype=torch.int64, device=device).reshape(-1)
             if nodes_t.numel() != m:
                 raise ValueError(f"nodes must name {m} rows, got {nodes_t.numel()}")
-        return cls(key.expand(m).clone(), nodes_t)
+        return cls(torch.full((m,), key, dtype=torch.int64, device=device), nodes_t)
 
     @classmethod
     def coerce(

@@ -67,6 +67,7 @@ class Comm:
         self.seed = int(seed)
         self.float_bits = int(float_bits)
         self.ledger = Ledger.zeros(self.m)
+        self._fixed: Streams | None = None
 
     @property
     def m(self) -> int:
@@ -81,7 +82,12 @@ class Comm:
         return Streams.for_nodes(self.seed, self.nodes, TAG_NODE, tag, t)
 
     def rng_for(self, compressor: Compressor, t: int, tag: int = 0) -> Streams:
-        """The streams ``compressor`` needs: shared when it declares shared randomness."""
+        """The streams ``compressor`` needs: shared when it declares shared randomness; for a
+        deterministic compressor, which draws nothing, fixed keys (no key derivation per step)."""
+        if compressor.deterministic:
+            if self._fixed is None:
+                self._fixed = Streams(torch.zeros_like(self.nodes), self.nodes)
+            return self._fixed
         return self.rng(t, shared=compressor.shared_randomness, tag=tag)
 
     def coin(self, t: int, p: float, tag: int = 0) -> bool:
