@@ -221,7 +221,14 @@ class GLM(Problem):
             G.index_add_(0, self._local, self._Xh * u[:, None])
         else:
             G = (self._Bt @ u).reshape(self.m, self.d)
-        return G + self.reg_grad(X, self.lam)
+        return G.add_(self._reg_grad_rows(X))
+
+    def _reg_grad_rows(self, X: torch.Tensor) -> torch.Tensor:
+        """The regulariser's gradient at every row of ``X``, computed once when every node is at
+        the same point (a broadcast ``X``), so no ``(m, d)`` temporary is made for it."""
+        if X.shape[0] > 1 and X.stride(0) == 0:
+            return self.reg_grad(X[:1], self.lam)
+        return self.reg_grad(X, self.lam)
 
     def _sample(self, streams: Streams, batch_size: int) -> Batch:
         nodes = self.nodes
@@ -243,7 +250,7 @@ class GLM(Problem):
         u = self.dphi(z, self._b[idx]) / batch.size
         G = torch.zeros(self.m * self.d, dtype=self.dtype, device=self.device)
         G.index_add_(0, flat, vals * u[row])
-        return G.reshape(self.m, self.d) + self.reg_grad(X, self.lam)
+        return G.reshape(self.m, self.d).add_(self._reg_grad_rows(X))
 
     # ------------------------------------------------------------------ constants
     def _fun_grad64(self, x: np.ndarray) -> tuple[float, np.ndarray]:
