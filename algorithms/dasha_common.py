@@ -10,9 +10,24 @@ from typing import ClassVar
 import torch
 
 from algorithms import stepsizes
-from algorithms.base import Algorithm, Option, State, check_choice, check_unit, initial_estimator
+from algorithms.base import (
+    Algorithm,
+    Option,
+    State,
+    Theory,
+    check_choice,
+    check_unit,
+    initial_estimator,
+)
 from algorithms.comm.base import Comm
-from algorithms.vr_common import ab_kind, effective_omega, need_unbiased, resolved
+from algorithms.vr_common import (
+    ab_kind,
+    effective_omega,
+    need,
+    need_unbiased,
+    resolved,
+    sample_smoothness,
+)
 
 INITS = ("full", "zero")
 SOURCE = "Tyurin & Richtárik 2022, arXiv 2202.01268 (ICLR 2023)"
@@ -40,6 +55,32 @@ def dasha_inputs(name: str, problem, compressor) -> dict[str, float]:
             "give --step FLOAT"
         )
     return {"omega": omega, "n": problem.n, "a": stepsizes.dasha_momentum(omega)}
+
+
+PAGE_FORMULA = (
+    "1 / (L + sqrt(48 omega (2 omega + 1) / n (L_tilde^2 + (1 - p) calL^2 / B)"
+    " + 2 (1 - p) calL^2 / (p n B)))"
+)
+
+
+def page_form_theory(
+    name: str, problem, compressor, B: int, p_default, note: str, step=stepsizes.dasha_page
+) -> Theory:
+    """The step of DASHA-PAGE's form (``step``: :func:`stepsizes.dasha_page` or
+    :func:`stepsizes.dasha_sync_mvr`), shared by DASHA-PAGE and DASHA-SYNC-MVR;
+    ``p_default()`` gives the probability ``p``."""
+    base = dasha_inputs(name, problem, compressor)
+    p = p_default()
+    k = need(problem, "L", "L_tilde")
+    calL = sample_smoothness(problem, name)
+    gamma = step(k["L"], k["L_tilde"], calL, base["omega"], base["n"], p, B)
+    return Theory(
+        gamma=gamma,
+        formula=PAGE_FORMULA,
+        inputs={**k, **base, "calL": calL, "p": p, "B": B},
+        params={"momentum": base["a"], "p": p},
+        source=f"{SOURCE}, {name}; {note}",
+    )
 
 
 @dataclass(frozen=True)

@@ -5,17 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from algorithms import stepsizes
 from algorithms.base import Option, Theory, check_count, check_unit
 from algorithms.comm.base import Comm
-from algorithms.dasha_common import COMMON_OPTIONS, SOURCE, DASHABase, DASHAState, dasha_inputs
+from algorithms.dasha_common import COMMON_OPTIONS, DASHABase, DASHAState, page_form_theory
 from algorithms.vr_common import (
     P_HELP,
     TAG_BATCH,
     TAG_COIN,
-    need,
     resolved,
-    sample_smoothness,
     samples_per_node,
     support_ratio,
 )
@@ -67,19 +64,14 @@ class DASHAPAGE(DASHABase):
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:
-        base = dasha_inputs("DASHA-PAGE", problem, compressor)
         B = opts.get("batch_size") or 1
-        p = resolved(opts.get("p"), lambda: page_p(compressor, problem, B))
-        k = need(problem, "L", "L_tilde")
-        calL = sample_smoothness(problem, "DASHA-PAGE")
-        gamma = stepsizes.dasha_page(k["L"], k["L_tilde"], calL, base["omega"], base["n"], p, B)
-        return Theory(
-            gamma=gamma,
-            formula="1 / (L + sqrt(48 omega (2 omega + 1) / n (L_tilde^2 + (1 - p) calL^2 / B)"
-            " + 2 (1 - p) calL^2 / (p n B)))",
-            inputs={**k, **base, "calL": calL, "p": p, "B": B},
-            params={"momentum": base["a"], "p": p},
-            source=SOURCE + ", DASHA-PAGE; theory sheet §2.10 [U]",
+        return page_form_theory(
+            "DASHA-PAGE",
+            problem,
+            compressor,
+            B,
+            lambda: resolved(opts.get("p"), lambda: page_p(compressor, problem, B)),
+            "theory sheet §2.10 [U]",
         )
 
     def _h_next(self, state: DASHAState, x, problem, comm: Comm):

@@ -8,15 +8,13 @@ from typing import ClassVar
 from algorithms import stepsizes
 from algorithms.base import Option, Theory, check_count, check_unit
 from algorithms.comm.base import Comm
-from algorithms.dasha_common import COMMON_OPTIONS, SOURCE, DASHABase, DASHAState, dasha_inputs
+from algorithms.dasha_common import COMMON_OPTIONS, DASHABase, DASHAState, page_form_theory
 from algorithms.vr_common import (
     P_HELP,
     TAG_BATCH,
     TAG_COIN,
     TAG_MEGA,
-    need,
     resolved,
-    sample_smoothness,
     samples_per_node,
     support_ratio,
 )
@@ -77,19 +75,16 @@ class DASHASYNCMVR(DASHABase):
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:
-        base = dasha_inputs("DASHA-SYNC-MVR", problem, compressor)
         B = opts.get("batch_size") or 1
-        p = resolved(opts.get("p"), lambda: sync_p(compressor, problem, B, opts.get("mega_batch")))
-        k = need(problem, "L", "L_tilde")
-        calL = sample_smoothness(problem, "DASHA-SYNC-MVR")
-        gamma = stepsizes.dasha_sync_mvr(k["L"], k["L_tilde"], calL, base["omega"], base["n"], p, B)
-        return Theory(
-            gamma=gamma,
-            formula="1 / (L + sqrt(48 omega (2 omega + 1) / n (L_tilde^2 + (1 - p) calL^2 / B)"
-            " + 2 (1 - p) calL^2 / (p n B)))",
-            inputs={**k, **base, "calL": calL, "p": p, "B": B},
-            params={"momentum": base["a"], "p": p},
-            source=SOURCE + ", DASHA-SYNC-MVR; step: DASHA-PAGE's form, our choice [U]",
+        mega = opts.get("mega_batch")
+        return page_form_theory(
+            "DASHA-SYNC-MVR",
+            problem,
+            compressor,
+            B,
+            lambda: resolved(opts.get("p"), lambda: sync_p(compressor, problem, B, mega)),
+            "step: DASHA-PAGE's form, our choice [U]",
+            step=stepsizes.dasha_sync_mvr,
         )
 
     def _step(self, state: DASHAState, problem, comm: Comm):

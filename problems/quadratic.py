@@ -35,6 +35,18 @@ QUAD_KNOBS: dict[str, tuple[Any, str]] = {
 }
 
 
+def check_shape(family: str, n: Any, dim: Any, other: dict) -> int:
+    """The checks every quadratic family shares: no unused knob, ``dim >= 2``, ``n >= 1``;
+    returns ``d``."""
+    if other:
+        raise ValueError(f"quadratic: knobs {sorted(other)} are not used by family {family}")
+    if isinstance(dim, bool) or not isinstance(dim, int) or dim < 2:
+        raise ValueError(f"quadratic: dim must be an integer >= 2, got {dim!r}")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"quadratic: nodes must be a positive integer, got {n!r}")
+    return dim
+
+
 def check_positive(name: str, key: str, value: Any, *, allow_zero: bool = False) -> float:
     """``float(value)``, or a ValueError naming ``key`` and the value."""
     ok = not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)

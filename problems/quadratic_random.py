@@ -7,7 +7,7 @@ import torch
 
 from problems.base import Consts, parse_x0
 from problems.linalg import single_threaded
-from problems.quadratic import Quadratic, check_positive
+from problems.quadratic import Quadratic, check_positive, check_shape
 
 __all__ = ["RandomQuadratic"]
 
@@ -48,13 +48,7 @@ class RandomQuadratic(Quadratic):
         grad_noise: float = 0.0,
         **other: object,
     ) -> None:
-        if other:
-            raise ValueError(f"quadratic: knobs {sorted(other)} are not used by family random")
-        d = dim
-        if isinstance(d, bool) or not isinstance(d, int) or d < 2:
-            raise ValueError(f"quadratic: dim must be an integer >= 2, got {d!r}")
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"quadratic: nodes must be a positive integer, got {n!r}")
+        d = check_shape(self.family, n, dim, other)
         if n * d * d > _MAX_ENTRIES:
             raise ValueError(
                 f"quadratic: family random stores n d^2 = {n * d * d} entries (> {_MAX_ENTRIES}); "

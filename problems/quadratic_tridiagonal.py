@@ -9,7 +9,7 @@ import scipy.linalg as sla
 import torch
 
 from problems.base import Consts, parse_x0
-from problems.quadratic import Quadratic, check_positive
+from problems.quadratic import Quadratic, check_positive, check_shape
 
 __all__ = ["TridiagonalQuadratic"]
 
@@ -59,13 +59,7 @@ class TridiagonalQuadratic(Quadratic):
         grad_noise: float = 0.0,
         **other: object,
     ) -> None:
-        if other:
-            raise ValueError(f"quadratic: knobs {sorted(other)} are not used by family tridiagonal")
-        d = dim
-        if isinstance(d, bool) or not isinstance(d, int) or d < 2:
-            raise ValueError(f"quadratic: dim must be an integer >= 2, got {d!r}")
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"quadratic: nodes must be a positive integer, got {n!r}")
+        d = check_shape(self.family, n, dim, other)
         lam = check_positive(self.name, "lambda", 1e-6 if lam is None else lam)
         s = check_positive(self.name, "s", s, allow_zero=True)
         if not 0 <= seed < 2**32:
