@@ -90,8 +90,33 @@ def ef21_update(
     return g_i, g, c_i, comm.monitor_mean(((g_i - target_i) ** 2).sum(dim=1))
 
 
+INIT_OPTION = Option(str, "full", "g_i^0: full | compressed | zero", INITS, "init")
+
+
 @dataclass(frozen=True)
-class EF21(Algorithm):
+class EF21Base(Algorithm):
+    """What EF21, EF21-SGD and EF21-PP share: the start of the estimators ``g_i^0``
+    (``--init``, see :func:`initial_estimator`) and the step ``x^{t+1} = x^t - gamma g^t``,
+    after which the server broadcasts ``x^{t+1}`` uncompressed."""
+
+    init_mode: str = "full"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_choice("init", self.init_mode, INITS)
+
+    def init(self, x0, problem, comm: Comm) -> EF21State:
+        g_i, g = initial_estimator(self.init_mode, problem.grad(x0), self.compressor, comm)
+        return EF21State(x=x0.clone(), t=0, g_i=g_i, g=g)
+
+    def _descend(self, state: EF21State, problem, comm: Comm) -> torch.Tensor:
+        x = state.x - self.gamma * state.g
+        comm.broadcast_full(problem.d)
+        return x
+
+
+@dataclass(frozen=True)
+class EF21(EF21Base):
     """EF21 (Richtárik, Sokolov & Fatkhullin 2021, arXiv 2106.05203, Algorithm 2).
 
     Update: ``x^{t+1} = x^t - gamma g^t``; node ``i`` sends
@@ -109,33 +134,23 @@ class EF21(Algorithm):
     ``G = mean_i ||g_i - grad f_i(x)||^2``, reported as ``G`` each step.
     """
 
-    init_mode: str = "full"
     regime: str = "auto"
 
     needs: ClassVar[str] = "contractive"
     reports: ClassVar[tuple[str, ...]] = ("G",)
     options: ClassVar[dict[str, Option]] = {
-        "init_mode": Option(str, "full", "g_i^0: full | compressed | zero", INITS, "init"),
+        "init_mode": INIT_OPTION,
         "regime": Option(
             str, "auto", "theory step: auto | nonconvex | pl", ("auto", "nonconvex", "pl")
         ),
     }
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_choice("init", self.init_mode, INITS)
-
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:
         return ef21_theory(problem, compressor, opts.get("regime", "auto"))
 
-    def init(self, x0, problem, comm: Comm) -> EF21State:
-        g_i, g = initial_estimator(self.init_mode, problem.grad(x0), self.compressor, comm)
-        return EF21State(x=x0.clone(), t=0, g_i=g_i, g=g)
-
     def _step(self, state: EF21State, problem, comm: Comm):
         C, t = self.compressor, state.t
-        x = state.x - self.gamma * state.g
-        comm.broadcast_full(problem.d)
+        x = self._descend(state, problem, comm)
         g_i, g, _, G = ef21_update(C, problem.grad(x), state.g_i, state.g, comm, t)
         return EF21State(x=x, t=t + 1, g_i=g_i, g=g), {"G": G}

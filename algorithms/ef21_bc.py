@@ -10,12 +10,11 @@ import torch
 
 from algorithms.base import Algorithm, Option, State, Theory, check_choice, check_compressor
 from algorithms.comm.base import Comm
-from algorithms.ef21 import borrowed_ef21_theory
+from algorithms.ef21 import INIT_OPTION, INITS, borrowed_ef21_theory
 from compressors import Compressor
 from compressors.identity import Identity
 
 TAG_DOWN = 0xD0C1
-INITS = ("full", "compressed", "zero")
 
 
 @dataclass(frozen=True)
@@ -54,7 +53,7 @@ class EF21BC(Algorithm):
     reports: ClassVar[tuple[str, ...]] = ("G", "G_down")
     options: ClassVar[dict[str, Option]] = {
         "down_compressor": Option(Compressor, None, "downlink compressor C_M (--down-compressor)"),
-        "init_mode": Option(str, "full", "g_i^0: full | compressed | zero", INITS, "init"),
+        "init_mode": INIT_OPTION,
         "regime": Option(
             str, "auto", "theory step: auto | nonconvex | pl", ("auto", "nonconvex", "pl")
         ),

@@ -9,7 +9,7 @@ import torch
 
 from algorithms.base import Algorithm, Option, State, Theory, check_choice, initial_estimator
 from algorithms.comm.base import Comm
-from algorithms.ef21 import INITS, borrowed_ef21_theory, ef21_update
+from algorithms.ef21 import INIT_OPTION, INITS, borrowed_ef21_theory, ef21_update
 
 REGIMES = ("auto", "nonconvex", "pl")
 
@@ -48,7 +48,7 @@ class EF21HB(Algorithm):
     reports: ClassVar[tuple[str, ...]] = ("G",)
     options: ClassVar[dict[str, Option]] = {
         "eta": Option(float, 0.9, "heavy-ball momentum eta in [0, 1)"),
-        "init_mode": Option(str, "full", "g_i^0: full | compressed | zero", INITS, "init"),
+        "init_mode": INIT_OPTION,
         "regime": Option(str, "auto", "theory step: auto | nonconvex | pl", REGIMES),
     }
 

@@ -9,9 +9,9 @@ from typing import ClassVar
 import torch
 
 from algorithms import stepsizes
-from algorithms.base import Algorithm, Option, Theory, check_choice, check_unit, initial_estimator
+from algorithms.base import Option, Theory, check_unit
 from algorithms.comm.base import Comm
-from algorithms.ef21 import INITS, EF21State, ef21_update
+from algorithms.ef21 import INIT_OPTION, EF21Base, EF21State, ef21_update
 
 TAG_PARTICIPATE = 0x9A27
 SAMPLINGS = ("poisson", "nice")
@@ -37,7 +37,7 @@ def nice_size(p: float, n: int) -> int:
 
 
 @dataclass(frozen=True)
-class EF21PP(Algorithm):
+class EF21PP(EF21Base):
     """EF21-PP: EF21 with partial participation (arXiv 2110.03294, Algorithm 4).
 
     Fatkhullin, Sokolov, Gorbunov, Li & Richtárik 2021, "EF21 with Bells & Whistles".
@@ -62,14 +62,13 @@ class EF21PP(Algorithm):
 
     participation: float = 0.5
     sampling: str = "poisson"
-    init_mode: str = "full"
 
     needs: ClassVar[str] = "contractive"
     reports: ClassVar[tuple[str, ...]] = ("G", "participants")
     options: ClassVar[dict[str, Option]] = {
         "participation": Option(float, 0.5, "probability p in (0, 1] that a node takes part"),
         "sampling": Option(str, "poisson", "participation: poisson | nice", SAMPLINGS),
-        "init_mode": Option(str, "full", "g_i^0: full | compressed | zero", INITS, "init"),
+        "init_mode": INIT_OPTION,
     }
 
     def __post_init__(self) -> None:
@@ -77,7 +76,6 @@ class EF21PP(Algorithm):
         check_unit("participation", self.participation, optional=False)
         if self.sampling not in SAMPLINGS:
             raise ValueError(f"sampling must be poisson or nice, got {self.sampling!r}")
-        check_choice("init", self.init_mode, INITS)
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:
@@ -94,14 +92,9 @@ class EF21PP(Algorithm):
             source="Fatkhullin et al. 2021, arXiv 2110.03294, Theorem 7 (EF21-PP)",
         )
 
-    def init(self, x0, problem, comm: Comm) -> EF21State:
-        g_i, g = initial_estimator(self.init_mode, problem.grad(x0), self.compressor, comm)
-        return EF21State(x=x0.clone(), t=0, g_i=g_i, g=g)
-
     def _step(self, state: EF21State, problem, comm: Comm):
         C, t = self.compressor, state.t
-        x = state.x - self.gamma * state.g
-        comm.broadcast_full(problem.d)
+        x = self._descend(state, problem, comm)
         grad_i = problem.grad(x)
         mask = participation_mask(comm, t, self.participation, self.sampling).to(grad_i.device)
         # full participation sums as EF21 does (bit-identical iterates)

@@ -5,16 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from algorithms.base import Algorithm, Option, Theory, check_choice, check_count, initial_estimator
+from algorithms.base import Option, Theory, check_choice, check_count
 from algorithms.comm.base import Comm
-from algorithms.ef21 import INITS, EF21State, borrowed_ef21_theory, ef21_update
+from algorithms.ef21 import INIT_OPTION, EF21Base, EF21State, borrowed_ef21_theory, ef21_update
 
 TAG_BATCH = 0xE5D1
 REGIMES = ("auto", "nonconvex", "pl")
 
 
 @dataclass(frozen=True)
-class EF21SGD(Algorithm):
+class EF21SGD(EF21Base):
     """EF21-SGD: EF21 with minibatch gradients (arXiv 2110.03294, Algorithm 2).
 
     Fatkhullin, Sokolov, Gorbunov, Li & Richtárik 2021, "EF21 with Bells & Whistles".
@@ -35,35 +35,28 @@ class EF21SGD(Algorithm):
     """
 
     batch_size: int | None = None
-    init_mode: str = "full"
     regime: str = "auto"
 
     needs: ClassVar[str] = "contractive"
     stochastic: ClassVar[bool] = True
     options: ClassVar[dict[str, Option]] = {
         "batch_size": Option(int, None, "minibatch per node (default: full local gradients)"),
-        "init_mode": Option(str, "full", "g_i^0: full | compressed | zero", INITS, "init"),
+        "init_mode": INIT_OPTION,
         "regime": Option(str, "auto", "theory step: auto | nonconvex | pl", REGIMES),
     }
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_count("batch_size", self.batch_size)
-        check_choice("init", self.init_mode, INITS)
         check_choice("regime", self.regime, REGIMES)
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:
         return borrowed_ef21_theory(problem, compressor, opts, "EF21-SGD")
 
-    def init(self, x0, problem, comm: Comm) -> EF21State:
-        g_i, g = initial_estimator(self.init_mode, problem.grad(x0), self.compressor, comm)
-        return EF21State(x=x0.clone(), t=0, g_i=g_i, g=g)
-
     def _step(self, state: EF21State, problem, comm: Comm):
         C, t = self.compressor, state.t
-        x = state.x - self.gamma * state.g
-        comm.broadcast_full(problem.d)
+        x = self._descend(state, problem, comm)
         batch = None
         if self.batch_size is not None:
             batch = problem.sample(comm.rng(t, tag=TAG_BATCH), self.batch_size)
