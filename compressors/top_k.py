@@ -7,6 +7,7 @@ from typing import ClassVar
 
 import torch
 
+from compressors import compiled
 from compressors.base import (
     Compressor,
     Packet,
@@ -94,14 +95,13 @@ class TopK(SparseWire, Compressor):
 
     def _encode(self, x_i: torch.Tensor, rng: Streams) -> Packet:
         d = x_i.shape[1]
-        idx = top_k_indices(x_i.abs(), self.k_of(d))
+        if compiled.usable(x_i):
+            idx, values = compiled.top_k(x_i, self.k_of(d))
+        else:
+            idx = top_k_indices(x_i.abs(), self.k_of(d))
+            values = torch.gather(x_i, 1, idx)
         return self._packet(
-            x_i,
-            self.bits(d),
-            {"values", "indices"},
-            {"scale": 1.0},
-            values=torch.gather(x_i, 1, idx),
-            indices=idx,
+            x_i, self.bits(d), {"values", "indices"}, {"scale": 1.0}, values=values, indices=idx
         )
 
     def _decode(self, packet: Packet) -> torch.Tensor:

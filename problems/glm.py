@@ -21,7 +21,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from problems import glm_consts, solver
+from problems import glm_consts, glm_kernels, solver
 from problems.base import Batch, Consts, Problem, _Lazy, parse_x0
 from problems.data import load_tabular
 from problems.linalg import single_threaded
@@ -68,6 +68,8 @@ class GLM(Problem):
 
     PHI_CURV: ClassVar[float]
     REG_CURV: ClassVar[float]
+    # The loss's name in problems.glm_kernels.LOSSES (None: gradients use torch alone).
+    KERNEL_LOSS: ClassVar[str | None] = None
     default_lam: ClassVar[float] = 0.1
     knobs = DATA_KNOBS
 
@@ -128,6 +130,12 @@ class GLM(Problem):
         self._w = torch.from_numpy(self._w64).to(dev, dt)
         self.dense = self._A64.nnz > DENSE_ABOVE * N * d
         self._Ad = torch.from_numpy(self._A64.toarray()).to(dev, dt) if self.dense else None
+        # Compiled kernels (problems.glm_kernels): every minibatch gradient, and the full
+        # gradients of dense data. Full gradients of sparse data stay with torch's sparse
+        # products (MKL), which run faster than a hand-written CSR loop.
+        self._kernels = glm_kernels.available(self.KERNEL_LOSS, dt, self.device)
+        self._kfull = self._kernels and self.dense
+        self._kdata = (self._Ad,) if self.dense else (self._crow, self._col, self._val, d)
         self._select()
 
     # ------------------------------------------------------------------ construction
@@ -164,19 +172,23 @@ class GLM(Problem):
         starts, counts = self._offsets64[nodes], np.diff(self._offsets64)[nodes]
         rows = np.concatenate([np.arange(s, s + c) for s, c in zip(starts, counts, strict=True)])
         local = np.repeat(np.arange(nodes.size), counts)
+        dev, dt = self.device, self.dtype
+        self._bh = torch.from_numpy(self._b64[rows]).to(dev, dt)
+        self._local = torch.from_numpy(local).to(dev)
+        self._inv_m = (1.0 / torch.from_numpy(counts).to(dev, dt))[self._local]
+        self._B = self._Bt = self._Xh = self._X3 = self._XhT = None
+        self._krows = torch.from_numpy(rows.astype(np.int64))
+        self._ptr = torch.from_numpy(np.concatenate([[0], np.cumsum(counts)]).astype(np.int64))
+        if self._kfull:  # the kernels read the held rows in place: no copy of the data
+            return
         sub = self._A64[rows]
         nz_local = np.repeat(local, np.diff(sub.indptr))
         cols = sub.indices.astype(np.int64) + self.d * nz_local
         B = sp.csr_matrix((sub.data, cols, sub.indptr), shape=(rows.size, nodes.size * self.d))
-        dev, dt = self.device, self.dtype
         self._B = _torch_csr(B, dt, dev)
         self._Bt = _torch_csr(B.T.tocsr(), dt, dev)
-        self._bh = torch.from_numpy(self._b64[rows]).to(dev, dt)
-        self._local = torch.from_numpy(local).to(dev)
-        self._inv_m = (1.0 / torch.from_numpy(counts).to(dev, dt))[self._local]
         # Dense data: the held rows as an (N_held, d) matrix, and as (m, c, d) when every held
         # node has c rows, so margins and gradients are one gemv/bmm each.
-        self._Xh = self._X3 = self._XhT = None
         if self.dense:
             self._Xh = self._Ad[torch.from_numpy(rows).to(dev)]
             # Also transposed: x @ X^T runs several times faster than X @ x on tall matrices.
@@ -196,8 +208,17 @@ class GLM(Problem):
         u = self.dphi(self._A @ x, self._b) * self._w
         return self._At @ u + self.reg_grad(x[None], self.lam)[0]
 
+    @staticmethod
+    def _kernel_point(X: torch.Tensor) -> torch.Tensor:
+        """``X`` for the kernels: ``(1, d)`` when every row is the same point, else contiguous."""
+        if X.shape[0] == 1 or X.stride(0) == 0:
+            return X[:1].contiguous()
+        return X.contiguous()
+
     def _margins(self, X: torch.Tensor) -> torch.Tensor:
         """``a_j^T x_{node(j)}`` for every held row ``j``."""
+        if self._kfull:
+            return glm_kernels.margins(self._Ad, self._krows, self._ptr, self._kernel_point(X))
         if self._Xh is None:
             return self._B @ X.reshape(-1)
         if X.shape[0] == 1 or X.stride(0) == 0:  # one point for every node: one gemv
@@ -213,6 +234,8 @@ class GLM(Problem):
         return out.index_add_(0, self._local, per) + self.reg(X, self.lam)
 
     def _grad(self, X: torch.Tensor) -> torch.Tensor:
+        if self._kfull:
+            return self._kernel_grad(X, self._krows, self._ptr)
         u = self.dphi(self._margins(X), self._bh) * self._inv_m
         if self._X3 is not None:
             G = torch.bmm(u.view(self.m, 1, -1), self._X3).squeeze(1)
@@ -235,8 +258,16 @@ class GLM(Problem):
         offs = streams.integers(self.counts[nodes][:, None], batch_size)
         return Batch(nodes=nodes, size=batch_size, idx=self.offsets[nodes][:, None] + offs)
 
+    def _kernel_grad(self, X: torch.Tensor, rows: torch.Tensor, ptr: torch.Tensor) -> torch.Tensor:
+        R = self._reg_grad_rows(X).contiguous()
+        X = self._kernel_point(X)
+        return glm_kernels.grad(self._kdata, self._b, rows, ptr, X, R, self.KERNEL_LOSS)
+
     def _batch_grad(self, X: torch.Tensor, batch: Batch) -> torch.Tensor:
         idx = batch.idx.reshape(-1)
+        if self._kernels:
+            ptr = torch.arange(self.m + 1, device=self.device) * batch.size
+            return self._kernel_grad(X, idx.contiguous(), ptr)
         starts = self._crow[idx]
         lens = self._crow[idx + 1] - starts
         k = idx.numel()

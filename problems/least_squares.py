@@ -28,6 +28,7 @@ class LeastSquares(GLM):
     convex = True
     default_lam = 0.0
     PHI_CURV = 1.0
+    KERNEL_LOSS = "squared"
     REG_CURV = 1.0
 
     @classmethod

@@ -24,6 +24,7 @@ class LogReg(GLM):
     description = "logistic regression + (lambda/2)||x||^2 on binary data (strongly convex)"
     convex = True
     PHI_CURV = 0.25
+    KERNEL_LOSS = "logistic"
     REG_CURV = 1.0
 
     @staticmethod

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 
 import torch
 
+from streams import compiled
+
 __all__ = ["Streams"]
 
 # SplitMix64 constants, written as signed int64 (torch has no uint64 arithmetic).
@@ -193,12 +195,21 @@ class Streams:
         count = 1
         for s in shape:
             count *= s
+        if compiled.ENABLED and self.device.type == "cpu":
+            return compiled.bits64(self.keys, count).reshape(self.m, *shape)
         ctr = torch.arange(1, count + 1, dtype=torch.int64, device=self.device)
         z = self.keys[:, None] + ctr[None, :] * _GOLDEN
         return _mix(z).reshape(self.m, *shape)
 
     def uniform(self, *shape: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
         """Uniform on [0, 1), shape ``(m, *shape)``; 53 random bits for float64, 24 otherwise."""
+        if compiled.ENABLED and self.device.type == "cpu":
+            count = 1
+            for s in shape:
+                count *= s
+            work = torch.float64 if dtype == torch.float64 else torch.float32
+            u = compiled.uniform(self.keys, count, work).reshape(self.m, *shape)
+            return u if work == dtype else u.to(dtype)
         z = self.bits64(*shape)
         if dtype == torch.float64:
             return _srl(z, 11).to(torch.float64) * (2.0**-53)

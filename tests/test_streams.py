@@ -87,3 +87,17 @@ def test_coerce_accepts_generators_and_seeds():
     assert torch.equal(Streams.coerce(7, 2).keys, Streams.for_nodes(7, range(2)).keys)
     with pytest.raises(ValueError, match="sequence of 3 torch.Generator"):
         Streams.coerce([torch.Generator()], 3)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
+def testcompiled_draws_equal_the_torch_form(dtype, monkeypatch):
+    """The compiled SplitMix64 kernels return the same bits and uniforms as the torch form."""
+    from streams import compiled
+
+    if not compiled.ENABLED:
+        pytest.skip("numba is not installed")
+    s = Streams.for_nodes(11, range(37), 3, 4)
+    fast_bits, fast_u = s.bits64(5, 13), s.uniform(65, dtype=dtype)
+    monkeypatch.setattr(compiled, "ENABLED", False)
+    assert torch.equal(fast_bits, s.bits64(5, 13))
+    assert torch.equal(fast_u, s.uniform(65, dtype=dtype)) and fast_u.dtype == dtype

@@ -1,0 +1,102 @@
+"""Compiled CPU kernels: the draws of :class:`streams.Streams` (SplitMix64 in one pass per
+element), and the thread set-up every compiled kernel of the project shares (:func:`launch`).
+
+The torch expression of a draw runs about a dozen elementwise kernels over the whole
+``(m, count)`` block, each writing a temporary. These kernels compute the same bits (uint64
+arithmetic wraps exactly as the int64 form does) with no temporaries, rows in parallel. Numba is
+optional: without it :data:`ENABLED` is False and the torch form is used.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import torch
+
+try:
+    import numba
+except ImportError:  # pragma: no cover - numba is a declared dependency
+    numba = None
+
+__all__ = ["ENABLED", "bits64", "launch", "numba", "uniform"]
+
+ENABLED = numba is not None
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+_TWO_M24 = np.float32(2.0**-24)
+_LOCK = threading.Lock()
+_layer_set = False
+
+
+def launch(kernel, *args) -> None:
+    """Run a parallel kernel on as many threads as torch uses, so the two never oversubscribe
+    the cores. Numba's OpenMP layer comes first: it shares torch's OpenMP runtime, so the same
+    threads serve both (a separate pool's threads would contend with torch's spinning ones).
+    Its first launch resets the runtime's thread count, which is put back at once. Launches
+    are serialised (not every layer accepts concurrent ones)."""
+    global _layer_set
+    with _LOCK:
+        if not _layer_set:
+            numba.config.THREADING_LAYER_PRIORITY = ["omp", "workqueue", "tbb"]
+            _layer_set = True
+        want = torch.get_num_threads()
+        threads = max(1, min(want, numba.config.NUMBA_NUM_THREADS))
+        if numba.get_num_threads() != threads:
+            numba.set_num_threads(threads)
+        kernel(*args)
+        if torch.get_num_threads() != want:
+            torch.set_num_threads(want)
+
+
+def bits64(keys: torch.Tensor, count: int) -> torch.Tensor:
+    """int64 ``(m, count)``: element ``c`` of row ``j`` is SplitMix64's ``c``-th output for
+    ``keys[j]`` (the same bits as ``Streams.bits64``)."""
+    out = torch.empty(keys.numel(), count, dtype=torch.int64)
+    launch(_bits, keys.numpy().view(np.uint64), out.numpy().view(np.uint64))
+    return out
+
+
+def uniform(keys: torch.Tensor, count: int, dtype: torch.dtype) -> torch.Tensor:
+    """``(m, count)`` uniforms on [0, 1) in float64 (53 bits) or float32 (24 bits), the same
+    numbers as ``Streams.uniform``."""
+    out = torch.empty(keys.numel(), count, dtype=dtype)
+    kernel = _uniform53 if dtype == torch.float64 else _uniform24
+    launch(kernel, keys.numpy().view(np.uint64), out.numpy())
+    return out
+
+
+if numba is not None:
+    _pjit = numba.njit(cache=True, nogil=True, parallel=True)
+    _inline = numba.njit(inline="always", cache=True)
+
+    @_inline
+    def _mix(z):
+        z = (z ^ (z >> np.uint64(30))) * _MIX1
+        z = (z ^ (z >> np.uint64(27))) * _MIX2
+        return z ^ (z >> np.uint64(31))
+
+    @_pjit
+    def _bits(keys, out):
+        for j in numba.prange(keys.size):
+            z = keys[j]
+            for c in range(out.shape[1]):
+                z += _GOLDEN
+                out[j, c] = _mix(z)
+
+    @_pjit
+    def _uniform53(keys, out):
+        for j in numba.prange(keys.size):
+            z = keys[j]
+            for c in range(out.shape[1]):
+                z += _GOLDEN
+                out[j, c] = np.float64(_mix(z) >> np.uint64(11)) * 2.0**-53
+
+    @_pjit
+    def _uniform24(keys, out):
+        for j in numba.prange(keys.size):
+            z = keys[j]
+            for c in range(out.shape[1]):
+                z += _GOLDEN
+                out[j, c] = np.float32(_mix(z) >> np.uint64(40)) * _TWO_M24

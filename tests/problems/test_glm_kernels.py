@@ -1,0 +1,87 @@
+"""The compiled GLM kernels against the torch path: same gradients and margins (dense data) and
+minibatch gradients (dense and sparse) for every GLM, float64 and float32, shared and per-node
+points; and a node's gradient does not depend on which other nodes a process holds."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import torch
+
+from algorithms.comm import SimulatedComm
+from problems import glm, glm_kernels
+from problems.least_squares import LeastSquares
+from problems.logreg import LogReg
+from problems.logreg_nonconvex import LogRegNonconvex
+
+pytestmark = pytest.mark.skipif(
+    glm_kernels.numba is None, reason="numba is not installed: the GLM uses torch alone"
+)
+
+COUNTS = np.array([50, 100, 7, 80])  # unequal, one node smaller than a minibatch
+
+
+def _data(dense: bool, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    N, d = int(COUNTS.sum()), 37
+    if dense:
+        A = rng.standard_normal((N, d))
+    else:
+        A = sp.random(N, d, density=0.1, format="csr", random_state=seed)
+    return A, np.where(rng.random(N) < 0.5, -1.0, 1.0)
+
+
+def _pair(cls, dense, dtype, monkeypatch):
+    A, b = _data(dense)
+    fast = cls(A, b, COUNTS, lam=0.1, dtype=dtype)
+    with monkeypatch.context() as m:
+        m.setattr(glm.glm_kernels, "available", lambda *a: False)
+        slow = cls(A, b, COUNTS, lam=0.1, dtype=dtype)
+    assert fast._kernels and not slow._kernels
+    assert fast._kfull == dense  # sparse full gradients stay with torch's sparse products
+    return fast, slow
+
+
+@pytest.mark.parametrize("cls", [LogReg, LogRegNonconvex, LeastSquares])
+@pytest.mark.parametrize("dense", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_kernels_match_the_torch_path(cls, dense, dtype, monkeypatch):
+    fast, slow = _pair(cls, dense, dtype, monkeypatch)
+    assert fast.dense == dense
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(fast.d, generator=gen, dtype=torch.float64).to(dtype)
+    X = torch.randn(4, fast.d, generator=gen, dtype=torch.float64).to(dtype)
+    tol = dict(rtol=1e-11, atol=1e-13) if dtype == torch.float64 else dict(rtol=2e-5, atol=2e-6)
+    for point in (x, X, x.expand(4, -1)):
+        g = fast.grad(point)
+        assert g.shape == (4, fast.d) and g.dtype == dtype
+        torch.testing.assert_close(g, slow.grad(point), **tol)
+        torch.testing.assert_close(fast.node_loss(point), slow.node_loss(point), **tol)
+    batch = fast.sample(SimulatedComm(4, seed=0).rng(3), 9)
+    torch.testing.assert_close(fast.grad(X, batch), slow.grad(X, batch), **tol)
+    torch.testing.assert_close(fast.grad(x, batch), slow.grad(x, batch), **tol)
+
+
+@pytest.mark.parametrize("dense", [True, False])
+def test_a_node_gradient_does_not_depend_on_the_nodes_held(dense):
+    A, b = _data(dense, seed=2)
+    p = LogRegNonconvex(A, b, COUNTS, lam=0.1)
+    X = torch.randn(4, p.d, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    G = p.grad(X)
+    for i in range(4):
+        assert torch.equal(p.local([i]).grad(X[i : i + 1])[0], G[i])
+
+
+def test_gradient_is_one_pass_of_finite_differences():
+    """An absolute check of the kernel's maths: central differences of the node loss."""
+    A, b = _data(True, seed=3)
+    p = LogRegNonconvex(A, b, COUNTS, lam=0.1)
+    x = torch.randn(p.d, generator=torch.Generator().manual_seed(7), dtype=torch.float64) * 0.3
+    g = p.grad(x)
+    h = 1e-6
+    E = torch.eye(p.d, dtype=torch.float64) * h
+    fd = torch.stack(
+        [(p.node_loss(x + E[k]) - p.node_loss(x - E[k])) / (2 * h) for k in range(p.d)], dim=1
+    )
+    torch.testing.assert_close(g, fd, rtol=1e-6, atol=1e-8)
