@@ -102,14 +102,14 @@ class CompAMS(Algorithm):
         batch = None
         if self.batch_size is not None:
             batch = problem.sample(comm.rng(t, tag=TAG_BATCH), self.batch_size)
-        p_i = problem.grad(state.x, batch) + state.e_i
+        p_i = problem.grad(state.x, batch).add_(state.e_i)  # becomes e_i^{t+1} in place
         packet = C.encode(p_i, comm.rng_for(C, t))
         c_i = C.decode(packet)
         g_bar = comm.reduce(packet, C, decoded=c_i)
-        e_i = p_i - c_i
+        e_i = p_i.sub_(c_i)
         m = self.beta1 * state.m + (1.0 - self.beta1) * g_bar
         v = self.beta2 * state.v + (1.0 - self.beta2) * g_bar**2
         v_hat = torch.maximum(state.v_hat, v)
         x = state.x - self.gamma * m / torch.sqrt(v_hat + self.eps)
-        E = comm.monitor_mean((e_i**2).sum(dim=1))
+        E = comm.monitor_mean(torch.linalg.vector_norm(e_i, dim=1) ** 2)
         return CompAMSState(x=x, t=t + 1, e_i=e_i, m=m, v=v, v_hat=v_hat), {"E": E}

@@ -125,9 +125,12 @@ class DASHABase(Algorithm):
     def _compress(self, state: DASHAState, x, h_i, problem, comm: Comm, extras: dict):
         C, t = self.compressor, state.t
         a = self._a(problem.d)
-        packet = C.encode(h_i - state.h_i - a * (state.g_i - state.h_i), comm.rng_for(C, t))
+        # h_i - h_i^t - a (g_i^t - h_i^t), with one temporary (reused for the monitor)
+        v = torch.sub(h_i, state.h_i, alpha=1.0 - a).sub_(state.g_i, alpha=a)
+        packet = C.encode(v, comm.rng_for(C, t))
         m_i = C.decode(packet)
-        g_i = state.g_i + m_i
         g = state.g + comm.reduce(packet, C, decoded=m_i)
-        extras["G"] = comm.monitor_mean(((g_i - h_i) ** 2).sum(dim=1))
+        g_i = m_i.add_(state.g_i)
+        err = torch.sub(g_i, h_i, out=v)
+        extras["G"] = comm.monitor_mean(torch.linalg.vector_norm(err, dim=1) ** 2)
         return DASHAState(x=x, t=t + 1, g=g, g_i=g_i, h_i=h_i), extras

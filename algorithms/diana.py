@@ -140,9 +140,10 @@ class DIANA(Algorithm):
         delta_i = C.decode(packet)
         delta = comm.reduce(packet, C, decoded=delta_i)
         x = state.x - self.gamma * (state.h + delta)
-        h_i = state.h_i + alpha * delta_i
+        h_i = torch.add(state.h_i, delta_i, alpha=alpha)
         h = state.h + alpha * delta
         extras = {}
         if state.grad_star_i is not None:
-            extras["H"] = comm.monitor_mean(((h_i - state.grad_star_i) ** 2).sum(dim=1))
+            err = torch.sub(h_i, state.grad_star_i, out=delta_i)
+            extras["H"] = comm.monitor_mean(torch.linalg.vector_norm(err, dim=1) ** 2)
         return DIANAState(x=x, t=t + 1, h_i=h_i, h=h, grad_star_i=state.grad_star_i), extras

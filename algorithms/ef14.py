@@ -82,10 +82,11 @@ class EF14(Algorithm):
         batch = None
         if self.batch_size is not None:
             batch = problem.sample(comm.rng(t, tag=TAG_BATCH), self.batch_size)
-        p_i = state.e_i + self.gamma * problem.grad(state.x, batch)
+        # e_i + gamma grad f_i, built in the fresh gradient's buffer, which becomes e_i^{t+1}
+        p_i = problem.grad(state.x, batch).mul_(self.gamma).add_(state.e_i)
         packet = C.encode(p_i, comm.rng_for(C, t))
         v_i = C.decode(packet)
         x = state.x - comm.reduce(packet, C, decoded=v_i)
-        e_i = p_i - v_i
-        E = comm.monitor_mean((e_i**2).sum(dim=1))
+        e_i = p_i.sub_(v_i)
+        E = comm.monitor_mean(torch.linalg.vector_norm(e_i, dim=1) ** 2)
         return EF14State(x=x, t=t + 1, e_i=e_i), {"E": E}

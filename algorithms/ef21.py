@@ -73,21 +73,27 @@ def ef21_update(
     comm: Comm,
     t: int,
     mask: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, float]:
+) -> tuple[torch.Tensor, torch.Tensor, float]:
     """The EF21 estimator update shared by its variants (arXiv 2106.05203, Alg. 2 lines 5-7):
     node ``i`` sends ``c_i = C(target_i - g_i)``, ``g_i += c_i``, and the server adds
     ``(1/n) sum_i c_i`` to ``g``. With ``mask`` (partial participation) only the nodes in it
-    send, and the others keep ``g_i``. Returns ``(g_i, g, c_i, G)`` with
-    ``G = mean_i ||g_i - target_i||^2``."""
-    packet = C.encode(target_i - g_i, comm.rng_for(C, t))
+    send, and the others keep ``g_i``. Returns ``(g_i, g, G)`` with
+    ``G = mean_i ||g_i - target_i||^2``.
+
+    ``target_i`` is a fresh gradient owned by the caller and is overwritten (with the
+    difference, then the error ``target_i - g_i^{t+1}``): the update then holds, besides the
+    old ``g_i``, only that buffer and the decoded message, which becomes the new ``g_i``."""
+    diff = target_i.sub_(g_i)
+    packet = C.encode(diff, comm.rng_for(C, t))
     c_i = C.decode(packet)
     weight = None
     if mask is not None:
-        c_i = torch.where(mask[:, None], c_i, 0.0)
+        c_i.masked_fill_(~mask[:, None], 0.0)
         weight = mask.to(c_i.dtype) / comm.n
     g = g + comm.reduce(packet, C, weight, decoded=c_i)
-    g_i = g_i + c_i
-    return g_i, g, c_i, comm.monitor_mean(((g_i - target_i) ** 2).sum(dim=1))
+    err = diff.sub_(c_i)  # target_i - g_i^{t+1}
+    G = comm.monitor_mean(torch.linalg.vector_norm(err, dim=1) ** 2)
+    return c_i.add_(g_i), g, G
 
 
 INIT_OPTION = Option(str, "full", "g_i^0: full | compressed | zero", INITS, "init")
@@ -152,5 +158,5 @@ class EF21(EF21Base):
     def _step(self, state: EF21State, problem, comm: Comm):
         C, t = self.compressor, state.t
         x = self._descend(state, problem, comm)
-        g_i, g, _, G = ef21_update(C, problem.grad(x), state.g_i, state.g, comm, t)
+        g_i, g, G = ef21_update(C, problem.grad(x), state.g_i, state.g, comm, t)
         return EF21State(x=x, t=t + 1, g_i=g_i, g=g), {"G": G}

@@ -10,7 +10,7 @@ import torch
 
 from algorithms.base import Algorithm, Option, State, Theory, check_choice, check_compressor
 from algorithms.comm.base import Comm
-from algorithms.ef21 import INIT_OPTION, INITS, borrowed_ef21_theory
+from algorithms.ef21 import INIT_OPTION, INITS, borrowed_ef21_theory, ef21_update
 from compressors import Compressor
 from compressors.identity import Identity
 
@@ -103,13 +103,8 @@ class EF21BC(Algorithm):
     def _step(self, state: EF21BCState, problem, comm: Comm):
         C, CM, t = self.compressor, self.down_compressor, state.t
         x = state.x - self.gamma * state.g
-        grad_i = problem.grad(x)
-        packet = C.encode(grad_i - state.gt_i, comm.rng_for(C, t))
-        c_i = C.decode(packet)
-        gt_i = state.gt_i + c_i
-        gt = state.gt + comm.reduce(packet, C, decoded=c_i)
+        gt_i, gt, G = ef21_update(C, problem.grad(x), state.gt_i, state.gt, comm, t)
         down = CM.encode((gt - state.g)[None, :], comm.server_rng(t, tag=TAG_DOWN))
         g = state.g + comm.broadcast(down, CM)
-        G = comm.monitor_mean(((gt_i - grad_i) ** 2).sum(dim=1))
         G_down = float(((g - gt) ** 2).sum())
         return EF21BCState(x=x, t=t + 1, gt_i=gt_i, gt=gt, g=g), {"G": G, "G_down": G_down}

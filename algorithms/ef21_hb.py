@@ -71,6 +71,6 @@ class EF21HB(Algorithm):
         C, t = self.compressor, state.t
         x = state.x - self.gamma * state.v
         comm.broadcast_full(problem.d)
-        g_i, g, _, G = ef21_update(C, problem.grad(x), state.g_i, state.g, comm, t)
+        g_i, g, G = ef21_update(C, problem.grad(x), state.g_i, state.g, comm, t)
         v = self.eta * state.v + g if self.eta != 0 else g
         return EF21HBState(x=x, t=t + 1, g_i=g_i, g=g, v=v), {"G": G}

@@ -60,5 +60,5 @@ class EF21SGD(EF21Base):
         batch = None
         if self.batch_size is not None:
             batch = problem.sample(comm.rng(t, tag=TAG_BATCH), self.batch_size)
-        g_i, g, _, _ = ef21_update(C, problem.grad(x, batch), state.g_i, state.g, comm, t)
+        g_i, g, _ = ef21_update(C, problem.grad(x, batch), state.g_i, state.g, comm, t)
         return EF21State(x=x, t=t + 1, g_i=g_i, g=g), {}

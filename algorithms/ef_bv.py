@@ -151,13 +151,14 @@ class EFBV(Algorithm):
     def _step(self, state: EFBVState, problem, comm: Comm):
         C, t = self.compressor, state.t
         comm.broadcast_full(problem.d)
-        grad_i = problem.grad(state.x)
-        G = comm.monitor_mean(((state.h_i - grad_i) ** 2).sum(dim=1))
-        packet = C.encode(grad_i - state.h_i, comm.rng_for(C, t))
+        diff_i = problem.grad(state.x).sub_(state.h_i)  # in the fresh gradient's buffer
+        G = comm.monitor_mean(torch.linalg.vector_norm(diff_i, dim=1) ** 2)
+        packet = C.encode(diff_i, comm.rng_for(C, t))
+        del diff_i
         d_i = C.decode(packet)
         d = comm.reduce(packet, C, decoded=d_i)
         g = state.h + self.nu * d
         h = state.h + self.lam * d
-        h_i = state.h_i + self.lam * d_i
+        h_i = d_i.mul_(self.lam).add_(state.h_i)
         x = state.x - self.gamma * g
         return EFBVState(x=x, t=t + 1, h_i=h_i, h=h), {"G": G}

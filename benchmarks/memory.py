@@ -9,6 +9,11 @@ its gradient run once); the theory is the bytes of the distinct tensors of the m
 (its ``(n, d)`` buffers and ``(d,)`` vectors) plus the data. The ratio is
 ``(extra + data) / (state + data)``.
 
+That theory cannot be met by a step that takes its state in and returns a new one (the design's
+contract): while it runs, the caller's old state and the new one both exist, and the gradient
+oracle returns one ``(n, d)`` tensor. So a second ratio is reported against that working set,
+``2 state + one (n, d) gradient + data``.
+
 Run alone: ``python -m benchmarks.memory N D ITERS DEVICE [METHOD ...]`` prints the rows as
 JSON.
 """
@@ -100,7 +105,16 @@ def worker(n: int, d: int, iters: int, device: str = "cpu", methods=None) -> lis
             for v in vars(state).values()
             if isinstance(v, torch.Tensor) and v.dim() == 2 and v.shape[0] == n
         )
-        rows.append({**row, "extra_bytes": peak - before, "state_bytes": sb, "nd_buffers": buffers})
+        grad = n * d * torch.finfo(problem.dtype).bits // 8  # one (n, d) gradient
+        rows.append(
+            {
+                **row,
+                "extra_bytes": peak - before,
+                "state_bytes": sb,
+                "grad_bytes": grad,
+                "nd_buffers": buffers,
+            }
+        )
         del state, comm
     return rows
 

@@ -187,12 +187,25 @@ class Compressor:
             return self._encode(x_i, streams)
 
     def decode(self, packet: Packet) -> torch.Tensor:
-        """The ``(m, d)`` rows the receiver reconstructs, in the input's dtype."""
+        """The ``(m, d)`` rows the receiver reconstructs, in the input's dtype. They share no
+        memory with the encoded input, and the caller may update them in place (the packet is
+        then spent)."""
         with timing.section("decode"):
             return self._decode(packet).to(packet.dtype)
 
+    def decode_sum(self, packet: Packet, weight: torch.Tensor | None = None) -> torch.Tensor:
+        """``sum_i w_i decode(packet)_i``, shape ``(d,)`` (``w_i = 1/m`` by default): the
+        reduction of the decoded rows. Sparse payloads add their kept values into one vector,
+        so no dense ``(m, d)`` rows are made."""
+        with timing.section("decode"):
+            return self._decode_sum(packet, weight).to(packet.dtype)
+
     def __call__(self, x_i: torch.Tensor, rng: RngLike) -> torch.Tensor:
         return self.decode(self.encode(x_i, rng))
+
+    def _decode_sum(self, packet: Packet, weight: torch.Tensor | None) -> torch.Tensor:
+        rows = self._decode(packet)
+        return rows.mean(dim=0) if weight is None else weight.to(rows) @ rows
 
     def _encode(self, x_i: torch.Tensor, rng: Streams) -> Packet:
         raise NotImplementedError
@@ -290,9 +303,23 @@ def scatter_rows(packet: Packet, idx: torch.Tensor, values: torch.Tensor) -> tor
     return out.scatter_(1, idx, values)
 
 
+def scatter_sum(packet: Packet, weight: torch.Tensor | None) -> torch.Tensor:
+    """``sum_i w_i`` of the rows a sparse packet decodes to (fields ``indices`` and ``values``,
+    meta ``scale``), added straight into one ``(d,)`` vector."""
+    f = packet.fields
+    w = 1.0 / packet.m if weight is None else weight.to(f["values"])[:, None]
+    v = f["values"] * (packet.meta["scale"] * w)
+    out = torch.zeros(packet.d, dtype=v.dtype, device=v.device)
+    return out.index_add_(0, f["indices"].reshape(-1), v.reshape(-1))
+
+
 class SparseWire:
     """The wire form of a sparsifier: its support (the class's ``_write_support`` /
-    ``_read_support``: indices, a bitmap or a seed), then the ``k`` values of each row."""
+    ``_read_support``: indices, a bitmap or a seed), then the ``k`` values of each row; and its
+    reduction, a scatter-add of the kept values (:func:`scatter_sum`)."""
+
+    def _decode_sum(self, packet: Packet, weight: torch.Tensor | None) -> torch.Tensor:
+        return scatter_sum(packet, weight)
 
     def _write(self, packet: Packet, w: BitWriter) -> None:
         self._write_support(packet, w)

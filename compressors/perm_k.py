@@ -8,7 +8,7 @@ from typing import ClassVar
 
 import torch
 
-from compressors.base import Compressor, Packet, check_float_bits
+from compressors.base import Compressor, Packet, check_float_bits, scatter_sum
 from compressors.bitpack import BitReader, BitWriter
 from streams import Streams
 
@@ -130,6 +130,9 @@ class PermK(Compressor):
         out = torch.zeros(packet.m, packet.d, dtype=f["values"].dtype, device=f["values"].device)
         # Padding entries carry value 0 at a clamped index: scatter_add leaves real ones intact.
         return out.scatter_add_(1, f["indices"], f["values"] * packet.meta["scale"])
+
+    def _decode_sum(self, packet: Packet, weight: torch.Tensor | None) -> torch.Tensor:
+        return scatter_sum(packet, weight)  # padding entries add 0
 
     def _write(self, packet: Packet, w: BitWriter) -> None:
         # Only a block's real entries travel; they are its prefix, as many as nbits counts.

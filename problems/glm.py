@@ -130,11 +130,9 @@ class GLM(Problem):
         self._w = torch.from_numpy(self._w64).to(dev, dt)
         self.dense = self._A64.nnz > DENSE_ABOVE * N * d
         self._Ad = torch.from_numpy(self._A64.toarray()).to(dev, dt) if self.dense else None
-        # Compiled kernels (problems.glm_kernels): every minibatch gradient, and the full
-        # gradients of dense data. Full gradients of sparse data stay with torch's sparse
-        # products (MKL), which run faster than a hand-written CSR loop.
+        # Compiled kernels (problems.glm_kernels) for every gradient when they serve this
+        # loss, dtype and device; else torch's (block-)sparse and dense products.
         self._kernels = glm_kernels.available(self.KERNEL_LOSS, dt, self.device)
-        self._kfull = self._kernels and self.dense
         self._kdata = (self._Ad,) if self.dense else (self._crow, self._col, self._val, d)
         self._select()
 
@@ -179,7 +177,7 @@ class GLM(Problem):
         self._B = self._Bt = self._Xh = self._X3 = self._XhT = None
         self._krows = torch.from_numpy(rows.astype(np.int64))
         self._ptr = torch.from_numpy(np.concatenate([[0], np.cumsum(counts)]).astype(np.int64))
-        if self._kfull:  # the kernels read the held rows in place: no copy of the data
+        if self._kernels:  # the kernels read the held rows in place: no copy of the data
             return
         sub = self._A64[rows]
         nz_local = np.repeat(local, np.diff(sub.indptr))
@@ -217,8 +215,8 @@ class GLM(Problem):
 
     def _margins(self, X: torch.Tensor) -> torch.Tensor:
         """``a_j^T x_{node(j)}`` for every held row ``j``."""
-        if self._kfull:
-            return glm_kernels.margins(self._Ad, self._krows, self._ptr, self._kernel_point(X))
+        if self._kernels:
+            return glm_kernels.margins(self._kdata, self._krows, self._ptr, self._kernel_point(X))
         if self._Xh is None:
             return self._B @ X.reshape(-1)
         if X.shape[0] == 1 or X.stride(0) == 0:  # one point for every node: one gemv
@@ -234,7 +232,7 @@ class GLM(Problem):
         return out.index_add_(0, self._local, per) + self.reg(X, self.lam)
 
     def _grad(self, X: torch.Tensor) -> torch.Tensor:
-        if self._kfull:
+        if self._kernels:
             return self._kernel_grad(X, self._krows, self._ptr)
         u = self.dphi(self._margins(X), self._bh) * self._inv_m
         if self._X3 is not None:

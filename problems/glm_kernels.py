@@ -80,13 +80,16 @@ def grad(
     return out
 
 
-def margins(
-    A: torch.Tensor, rows: torch.Tensor, ptr: torch.Tensor, X: torch.Tensor
-) -> torch.Tensor:
-    """``(len(rows),)``: ``a_j^T x_i`` for every listed row ``j`` of node ``i`` (dense ``A``)."""
+def margins(data: tuple, rows: torch.Tensor, ptr: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
+    """``(len(rows),)``: ``a_j^T x_i`` for every listed row ``j`` of node ``i``."""
     z = torch.empty(rows.numel(), dtype=X.dtype)
     zero = _np(z).dtype.type(0)
-    launch(_dense_margins, _np(A), _np(rows), _np(ptr), _np(X), X.shape[0] == 1, zero, _np(z))
+    args = (_np(rows), _np(ptr), _np(X), X.shape[0] == 1, zero, _np(z))
+    if len(data) == 4:
+        indptr, indices, values, _ = data
+        launch(_sparse_margins, _np(indptr), _np(indices), _np(values), *args)
+    else:
+        launch(_dense_margins, _np(data[0]), *args)
     return z
 
 
@@ -97,10 +100,14 @@ if numba is not None:
     _FASTMATH = {"reassoc", "contract"}
     _jit = numba.njit(fastmath=_FASTMATH, cache=True, nogil=True)
     _pjit = numba.njit(fastmath=_FASTMATH, cache=True, nogil=True, parallel=True)
+    # Sparse rows: no reassociation, which would vectorise a dozen-entry loop with gathers
+    # (slower than scalar code on short rows).
+    _sjit = numba.njit(cache=True, nogil=True)
+    _spjit = numba.njit(cache=True, nogil=True, parallel=True)
     _prange = numba.prange
     _inline = numba.njit(inline="always", cache=True)
 else:  # pragma: no cover
-    _jit = _pjit = _inline = lambda f: f  # noqa: E731
+    _jit = _pjit = _sjit = _spjit = _inline = lambda f: f  # noqa: E731
     _prange = range
 
 
@@ -148,7 +155,7 @@ def _dense_grad(A, b, rows, ptr, X, x_shared, R, r_shared, code, zero, out, z):
         _dense_node(A, b, rows, ptr[i], ptr[i + 1], x, r, code, zero, out[i], z)
 
 
-@_jit
+@_sjit
 def _sparse_node(indptr, indices, values, b, rows, lo, hi, x, r, code, zero, g, z):
     for k in range(g.size):
         g[k] = r[k]
@@ -165,7 +172,7 @@ def _sparse_node(indptr, indices, values, b, rows, lo, hi, x, r, code, zero, g, 
             g[indices[p]] += s * values[p]
 
 
-@_pjit
+@_spjit
 def _sparse_grad(indptr, indices, values, b, rows, ptr, X, x_shared, R, r_shared, code, zero, out, z):  # fmt: skip  # noqa: E501
     for i in _prange(ptr.size - 1):
         x = X[0] if x_shared else X[i]
@@ -181,3 +188,15 @@ def _dense_margins(A, rows, ptr, X, x_shared, zero, z):
         x = X[0] if x_shared else X[i]
         for j in range(ptr[i], ptr[i + 1]):
             z[j] = _dense_dot(A[rows[j]], x, zero)
+
+
+@_spjit
+def _sparse_margins(indptr, indices, values, rows, ptr, X, x_shared, zero, z):
+    for i in _prange(ptr.size - 1):
+        x = X[0] if x_shared else X[i]
+        for j in range(ptr[i], ptr[i + 1]):
+            row = rows[j]
+            s = zero
+            for p in range(indptr[row], indptr[row + 1]):
+                s += values[p] * x[indices[p]]
+            z[j] = s

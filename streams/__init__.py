@@ -243,6 +243,8 @@ class Streams:
 
     def subset(self, d: int, k: int) -> torch.Tensor:
         """A uniformly random ``k``-subset of ``range(d)`` per row, sorted, int64 ``(m, k)``."""
+        if compiled.ENABLED and self.device.type == "cpu" and d >= compiled.SUBSET_HEAP_D:
+            return compiled.subset(self.keys, d, k)
         idx = torch.topk(self.bits64(d), k, dim=1, sorted=False).indices
         return torch.sort(idx, dim=1).values
 

@@ -19,13 +19,16 @@ try:
 except ImportError:  # pragma: no cover - numba is a declared dependency
     numba = None
 
-__all__ = ["ENABLED", "bits64", "launch", "numba", "uniform"]
+__all__ = ["ENABLED", "bits64", "launch", "numba", "subset", "uniform"]
 
 ENABLED = numba is not None
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
 _TWO_M24 = np.float32(2.0**-24)
+# From this row length on, a subset is drawn through a k-entry heap (no (m, d) block of keys,
+# and faster); below it a vectorised draw of the whole block and torch.topk are faster.
+SUBSET_HEAP_D = 1024
 _LOCK = threading.Lock()
 _layer_set = False
 
@@ -67,8 +70,18 @@ def uniform(keys: torch.Tensor, count: int, dtype: torch.dtype) -> torch.Tensor:
     return out
 
 
+def subset(keys: torch.Tensor, d: int, k: int) -> torch.Tensor:
+    """int64 ``(m, k)``, ascending: per row the positions of the ``k`` largest of the first
+    ``d`` SplitMix64 outputs (as signed int64), the subset ``Streams.subset`` draws. The
+    outputs are generated on the fly into a ``k``-entry heap: no ``(m, d)`` block is made."""
+    out = torch.empty(keys.numel(), k, dtype=torch.int64)
+    launch(_subset, keys.numpy().view(np.uint64), d, out.numpy())
+    return out
+
+
 if numba is not None:
     _pjit = numba.njit(cache=True, nogil=True, parallel=True)
+    _jit = numba.njit(cache=True, nogil=True)
     _inline = numba.njit(inline="always", cache=True)
 
     @_inline
@@ -100,3 +113,44 @@ if numba is not None:
             for c in range(out.shape[1]):
                 z += _GOLDEN
                 out[j, c] = np.float32(_mix(z) >> np.uint64(40)) * _TWO_M24
+
+    @_jit
+    def _sift_down(heap, pos, i, k):
+        """Restore the min-heap order of ``heap`` (with ``pos`` alongside) below ``i``."""
+        while True:
+            small, left = i, 2 * i + 1
+            if left < k and heap[left] < heap[small]:
+                small = left
+            if left + 1 < k and heap[left + 1] < heap[small]:
+                small = left + 1
+            if small == i:
+                return
+            heap[i], heap[small] = heap[small], heap[i]
+            pos[i], pos[small] = pos[small], pos[i]
+            i = small
+
+    @_jit
+    def _subset_row(key, d, heap, pos):
+        k = pos.size
+        z = key
+        for c in range(d):
+            z += _GOLDEN
+            v = np.int64(_mix(z))
+            if c < k:
+                heap[c], pos[c] = v, c
+                if c == k - 1:
+                    for i in range(k // 2 - 1, -1, -1):
+                        _sift_down(heap, pos, i, k)
+            elif v > heap[0]:
+                heap[0], pos[0] = v, c
+                _sift_down(heap, pos, 0, k)
+        pos.sort()
+
+    @_pjit
+    def _subset(keys, d, out):
+        m, k = out.shape
+        chunks = min(m, 64)
+        for c in numba.prange(chunks):
+            heap = np.empty(k, np.int64)  # the k largest outputs so far, smallest on top
+            for j in range(c * m // chunks, (c + 1) * m // chunks):
+                _subset_row(keys[j], d, heap, out[j])

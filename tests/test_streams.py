@@ -91,13 +91,18 @@ def test_coerce_accepts_generators_and_seeds():
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
 def testcompiled_draws_equal_the_torch_form(dtype, monkeypatch):
-    """The compiled SplitMix64 kernels return the same bits and uniforms as the torch form."""
+    """The compiled SplitMix64 kernels return the same bits, uniforms and subsets as the torch
+    form."""
     from streams import compiled
 
     if not compiled.ENABLED:
         pytest.skip("numba is not installed")
     s = Streams.for_nodes(11, range(37), 3, 4)
     fast_bits, fast_u = s.bits64(5, 13), s.uniform(65, dtype=dtype)
+    monkeypatch.setattr(compiled, "SUBSET_HEAP_D", 1)  # every subset through the heap kernel
+    fast_sets = [s.subset(d, k) for d, k in ((1, 1), (13, 13), (100, 1), (2000, 37))]
     monkeypatch.setattr(compiled, "ENABLED", False)
     assert torch.equal(fast_bits, s.bits64(5, 13))
     assert torch.equal(fast_u, s.uniform(65, dtype=dtype)) and fast_u.dtype == dtype
+    for got, (d, k) in zip(fast_sets, ((1, 1), (13, 13), (100, 1), (2000, 37)), strict=True):
+        assert torch.equal(got, s.subset(d, k))

@@ -113,9 +113,12 @@ class Comm:
         """``sum_i w_i decode(packet)_i`` over all nodes, ``w_i = 1/n`` by default; each row
         with ``w_i != 0`` is charged its payload's bits uplink. ``decoded`` may pass the rows
         already decoded (a method that keeps them); a backend that moves the payload itself
-        (torch.distributed, sparse payloads) ignores it."""
-        rows = compressor.decode(packet) if decoded is None else decoded
-        return self.reduce_rows(rows, packet.nbits, weight)
+        (torch.distributed) ignores it. Without ``decoded`` the payload is reduced by
+        ``compressor.decode_sum``, which for sparse payloads makes no dense rows."""
+        if decoded is not None:
+            return self.reduce_rows(decoded, packet.nbits, weight)
+        self._charge_up(packet.nbits, weight)
+        return compressor.decode_sum(packet, weight)
 
     def reduce_full(self, x_i: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
         """The same for uncompressed rows, charged ``float_bits * d`` each."""
@@ -127,6 +130,13 @@ class Comm:
     ) -> torch.Tensor:
         """``sum_i w_i rows_i`` over all nodes, charging ``nbits_i`` to the rows that send."""
         raise NotImplementedError
+
+    def _charge_up(self, nbits: torch.Tensor, weight: torch.Tensor | None) -> None:
+        """Charge ``nbits_i`` uplink to each held row that sends (``w_i != 0``)."""
+        if weight is None:
+            self.ledger.charge_up(nbits)
+        else:
+            self.ledger.charge_up(torch.where(weight.cpu() != 0, nbits.cpu(), 0))
 
     def monitor_mean(self, v_i: torch.Tensor) -> float:
         """The mean over all nodes of a per-node statistic ``(m,)``, for logging only: not a

@@ -19,12 +19,10 @@ class SimulatedComm(Comm):
     ) -> torch.Tensor:
         if rows.shape[0] != self.m:
             raise ValueError(f"expected {self.m} rows (one per node), got {rows.shape[0]}")
-        if weight is None:
-            self.ledger.charge_up(nbits)
-            with section("communicate"):
-                return rows.mean(dim=0)
-        self.ledger.charge_up(torch.where(weight.cpu() != 0, nbits.cpu(), 0))
+        self._charge_up(nbits, weight)
         with section("communicate"):
+            if weight is None:
+                return rows.mean(dim=0)
             return weight.to(rows.device, rows.dtype) @ rows
 
     def monitor_mean(self, v_i: torch.Tensor) -> float:

@@ -87,13 +87,20 @@ def test_sparse_compressor_memory_deep_ratios():
     mem = report.derive_memory(
         [
             {"method": "a", "extra_bytes": 500, "state_bytes": 400, "data_bytes": 100},
-            {"method": "b", "extra_bytes": 1100, "state_bytes": 400, "data_bytes": 100},
+            {
+                "method": "b",
+                "extra_bytes": 1100,
+                "state_bytes": 400,
+                "grad_bytes": 300,
+                "data_bytes": 100,
+            },
         ]
     )
     assert [(r["ratio"], r["target"]) for r in mem] == [
         (1.2, "met"),
         (2.4, "MISSED: > 1.5x state+data"),
     ]
+    assert [r["ratio_step"] for r in mem] == [600 / 900, 1200 / 1200]
     deep = report.derive_deep([{"net": "mlp", "batched_s": 0.5, "loop_s": 2.0}])
     assert deep[0]["speedup"] == 4.0
 
