@@ -99,8 +99,6 @@ class EF21PP(EF21Base):
         mask = participation_mask(comm, t, self.participation, self.sampling).to(grad_i.device)
         # full participation sums as EF21 does (bit-identical iterates)
         full = self.participation == 1
-        g_i, g, G = ef21_update(
-            C, grad_i, state.g_i, state.g, comm, t, mask=None if full else mask
-        )
+        g_i, g, G = ef21_update(C, grad_i, state.g_i, state.g, comm, t, mask=None if full else mask)
         share = comm.monitor_mean(mask.to(torch.float64))
         return EF21State(x=x, t=t + 1, g_i=g_i, g=g), {"G": G, "participants": share}

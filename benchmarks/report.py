@@ -237,9 +237,7 @@ def markdown(res: dict) -> str:
     body = []
     for r in res["memory"]:
         if "error" in r:
-            body.append(
-                [r["method"], f"{r['n']}x{r['d']}", "error: " + r["error"], *[""] * 6]
-            )
+            body.append([r["method"], f"{r['n']}x{r['d']}", "error: " + r["error"], *[""] * 6])
             continue
         body.append(
             [
