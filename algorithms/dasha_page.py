@@ -80,5 +80,5 @@ class DASHAPAGE(DASHABase):
         if comm.coin(t, p, tag=TAG_COIN):
             return problem.grad(x), {"sync": 1.0}
         batch = problem.sample(comm.rng(t, tag=TAG_BATCH), self.batch_size)
-        h_i = state.h_i + problem.grad(x, batch) - problem.grad(state.x, batch)
+        h_i = problem.grad_diff(x, state.x, batch).add_(state.h_i)
         return h_i, {"sync": 0.0}

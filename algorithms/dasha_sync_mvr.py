@@ -103,5 +103,5 @@ class DASHASYNCMVR(DASHABase):
             new = DASHAState(x=x, t=t + 1, g=g, g_i=h_i, h_i=h_i)
             return new, {"G": 0.0, "sync": 1.0}
         batch = problem.sample(comm.rng(t, tag=TAG_BATCH), self.batch_size)
-        h_i = state.h_i + problem.grad(x, batch) - problem.grad(state.x, batch)
+        h_i = problem.grad_diff(x, state.x, batch).add_(state.h_i)
         return self._compress(state, x, h_i, problem, comm, {"sync": 0.0})

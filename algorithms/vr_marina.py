@@ -106,6 +106,6 @@ class VRMARINA(Algorithm):
             g = comm.reduce_full(problem.grad(x))
         else:
             batch = problem.sample(comm.rng(t, tag=TAG_BATCH), self.batch_size)
-            diff_i = problem.grad(x, batch) - problem.grad(state.x, batch)
+            diff_i = problem.grad_diff(x, state.x, batch)
             g = state.g + comm.reduce(C.encode(diff_i, comm.rng_for(C, t)), C)
         return VRMARINAState(x=x, t=t + 1, g=g), {"sync": float(sync)}

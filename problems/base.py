@@ -253,6 +253,21 @@ class Problem:
         X = self._rows(x_i)
         if batch is None:
             return self._grad(X)
+        self._check_batch(batch)
+        return self._batch_grad(X, batch)
+
+    def grad_diff(
+        self, x_i: torch.Tensor, y_i: torch.Tensor, batch: Batch | None = None
+    ) -> torch.Tensor:
+        """``grad(x_i, batch) - grad(y_i, batch)``, ``(m, d)``: the gradient difference of the
+        minibatch methods (VR-MARINA, DASHA-PAGE), on the same samples at both points. A
+        problem may compute it in one pass over the samples (the GLMs do)."""
+        X, Y = self._rows(x_i), self._rows(y_i)
+        if batch is not None:
+            self._check_batch(batch)
+        return self._grad_diff(X, Y, batch)
+
+    def _check_batch(self, batch) -> None:
         if not isinstance(batch, Batch):
             raise ValueError(f"batch must be a Batch from sample(), got {type(batch).__name__}")
         if batch.nodes.shape != self.nodes.shape or not torch.equal(
@@ -262,7 +277,11 @@ class Problem:
                 f"{self.name}: batch was drawn for nodes {batch.nodes.tolist()}, "
                 f"but this problem holds {self.nodes.tolist()}"
             )
-        return self._batch_grad(X, batch)
+
+    def _grad_diff(self, X: torch.Tensor, Y: torch.Tensor, batch: Batch | None) -> torch.Tensor:
+        if batch is None:
+            return self._grad(X).sub_(self._grad(Y))
+        return self._batch_grad(X, batch).sub_(self._batch_grad(Y, batch))
 
     def sample(self, rng: RngLike, batch_size: int) -> Batch:
         """Each held node draws its own minibatch of ``batch_size`` from its own row of ``rng``.

@@ -256,16 +256,32 @@ class GLM(Problem):
         offs = streams.integers(self.counts[nodes][:, None], batch_size)
         return Batch(nodes=nodes, size=batch_size, idx=self.offsets[nodes][:, None] + offs)
 
-    def _kernel_grad(self, X: torch.Tensor, rows: torch.Tensor, ptr: torch.Tensor) -> torch.Tensor:
-        R = self._reg_grad_rows(X).contiguous()
+    def _kernel_grad(
+        self, X: torch.Tensor, rows: torch.Tensor, ptr: torch.Tensor, Y: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        R = self._reg_grad_rows(X)
+        if Y is not None:
+            R = R - self._reg_grad_rows(Y)
+            Y = self._kernel_point(Y)
         X = self._kernel_point(X)
-        return glm_kernels.grad(self._kdata, self._b, rows, ptr, X, R, self.KERNEL_LOSS)
+        loss = self.KERNEL_LOSS
+        return glm_kernels.grad(self._kdata, self._b, rows, ptr, X, R.contiguous(), loss, Y)
+
+    def _batch_rows(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """The kernels' row list and node pointers for a minibatch."""
+        ptr = torch.arange(self.m + 1, device=self.device) * batch.size
+        return batch.idx.reshape(-1).contiguous(), ptr
+
+    def _grad_diff(self, X: torch.Tensor, Y: torch.Tensor, batch: Batch | None) -> torch.Tensor:
+        if not self._kernels:
+            return super()._grad_diff(X, Y, batch)
+        rows, ptr = (self._krows, self._ptr) if batch is None else self._batch_rows(batch)
+        return self._kernel_grad(X, rows, ptr, Y)
 
     def _batch_grad(self, X: torch.Tensor, batch: Batch) -> torch.Tensor:
-        idx = batch.idx.reshape(-1)
         if self._kernels:
-            ptr = torch.arange(self.m + 1, device=self.device) * batch.size
-            return self._kernel_grad(X, idx.contiguous(), ptr)
+            return self._kernel_grad(X, *self._batch_rows(batch))
+        idx = batch.idx.reshape(-1)
         starts = self._crow[idx]
         lens = self._crow[idx + 1] - starts
         k = idx.numel()

@@ -54,22 +54,30 @@ def grad(
     X: torch.Tensor,
     R: torch.Tensor,
     loss: str,
+    Y: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``(m, d)``: row ``i`` is ``(1/c_i) sum_{j in rows[ptr[i]:ptr[i+1]]} phi'(a_j^T x_i, b_j)
-    a_j + R_i`` with ``c_i = ptr[i+1] - ptr[i]``.
+    a_j + R_i`` with ``c_i = ptr[i+1] - ptr[i]``; with ``Y``, the difference of that sum at
+    ``x_i`` and at ``y_i`` (each row read once for both points) plus ``R_i``.
 
     Args:
         data: ``(A,)`` with ``A`` dense ``(N, d)``, or ``(indptr, indices, values, d)`` (CSR).
         b: ``(N,)`` labels. rows, ptr: int64 row list and node pointers.
-        X: ``(m, d)`` points, or ``(1, d)`` for one point shared by every node.
-        R: the regulariser's gradient, ``(m, d)`` or ``(1, d)`` (shared).
+        X, Y: ``(m, d)`` points, or ``(1, d)`` for one point shared by every node.
+        R: the regulariser's term, ``(m, d)`` or ``(1, d)`` (shared).
         loss: a key of :data:`LOSSES`.
     """
     m = ptr.numel() - 1
     d = data[-1] if len(data) == 4 else data[0].shape[1]
     out = torch.empty(m, d, dtype=X.dtype)
     z = np.empty(rows.numel(), dtype=_np(X).dtype)
-    args = (_np(b), _np(rows), _np(ptr), _np(X), X.shape[0] == 1, _np(R), R.shape[0] == 1)
+    points = (
+        _np(X),
+        X.shape[0] == 1,
+        _np(X if Y is None else Y),
+        Y is not None and Y.shape[0] == 1,
+    )
+    args = (_np(b), _np(rows), _np(ptr), *points, Y is not None, _np(R), R.shape[0] == 1)
     zero = z.dtype.type(0)
     if len(data) == 4:
         indptr, indices, values, _ = data
@@ -129,7 +137,7 @@ def _dense_dot(a, x, zero):
 
 
 @_jit
-def _dense_node(A, b, rows, lo, hi, x, r, code, zero, g, z):
+def _dense_node(A, b, rows, lo, hi, x, y, diff, r, code, zero, g, z):
     d = g.size
     for k in range(d):
         g[k] = r[k]
@@ -138,9 +146,11 @@ def _dense_node(A, b, rows, lo, hi, x, r, code, zero, g, z):
     for start in range(lo, hi, step):  # blocks of rows that stay in cache between the passes
         stop = min(start + step, hi)
         for j in range(start, stop):
-            z[j] = _dense_dot(A[rows[j]], x, zero)
-        for j in range(start, stop):
-            z[j] = _dphi(code, z[j], b[rows[j]]) * inv
+            row = rows[j]
+            s = _dphi(code, _dense_dot(A[row], x, zero), b[row])
+            if diff:
+                s -= _dphi(code, _dense_dot(A[row], y, zero), b[row])
+            z[j] = s * inv
         for j in range(start, stop):
             a, s = A[rows[j]], z[j]
             for k in range(d):
@@ -148,24 +158,33 @@ def _dense_node(A, b, rows, lo, hi, x, r, code, zero, g, z):
 
 
 @_pjit
-def _dense_grad(A, b, rows, ptr, X, x_shared, R, r_shared, code, zero, out, z):
+def _dense_grad(A, b, rows, ptr, X, x_shared, Y, y_shared, diff, R, r_shared, code, zero, out, z):
     for i in _prange(ptr.size - 1):
         x = X[0] if x_shared else X[i]
+        y = Y[0] if y_shared else Y[i]
         r = R[0] if r_shared else R[i]
-        _dense_node(A, b, rows, ptr[i], ptr[i + 1], x, r, code, zero, out[i], z)
+        _dense_node(A, b, rows, ptr[i], ptr[i + 1], x, y, diff, r, code, zero, out[i], z)
 
 
 @_sjit
-def _sparse_node(indptr, indices, values, b, rows, lo, hi, x, r, code, zero, g, z):
+def _sparse_dot(indptr, indices, values, row, x, zero):
+    s = zero
+    for p in range(indptr[row], indptr[row + 1]):
+        s += values[p] * x[indices[p]]
+    return s
+
+
+@_sjit
+def _sparse_node(indptr, indices, values, b, rows, lo, hi, x, y, diff, r, code, zero, g, z):
     for k in range(g.size):
         g[k] = r[k]
     inv = 1.0 / (hi - lo)
     for j in range(lo, hi):
         row = rows[j]
-        s = zero
-        for p in range(indptr[row], indptr[row + 1]):
-            s += values[p] * x[indices[p]]
-        z[j] = _dphi(code, s, b[row]) * inv
+        s = _dphi(code, _sparse_dot(indptr, indices, values, row, x, zero), b[row])
+        if diff:
+            s -= _dphi(code, _sparse_dot(indptr, indices, values, row, y, zero), b[row])
+        z[j] = s * inv
     for j in range(lo, hi):
         row, s = rows[j], z[j]
         for p in range(indptr[row], indptr[row + 1]):
@@ -173,13 +192,14 @@ def _sparse_node(indptr, indices, values, b, rows, lo, hi, x, r, code, zero, g, 
 
 
 @_spjit
-def _sparse_grad(indptr, indices, values, b, rows, ptr, X, x_shared, R, r_shared, code, zero, out, z):  # fmt: skip  # noqa: E501
+def _sparse_grad(indptr, indices, values, b, rows, ptr, X, x_shared, Y, y_shared, diff, R, r_shared, code, zero, out, z):  # fmt: skip  # noqa: E501
+    csr = (indptr, indices, values)
     for i in _prange(ptr.size - 1):
         x = X[0] if x_shared else X[i]
+        y = Y[0] if y_shared else Y[i]
         r = R[0] if r_shared else R[i]
-        _sparse_node(
-            indptr, indices, values, b, rows, ptr[i], ptr[i + 1], x, r, code, zero, out[i], z
-        )
+        lo, hi = ptr[i], ptr[i + 1]
+        _sparse_node(*csr, b, rows, lo, hi, x, y, diff, r, code, zero, out[i], z)
 
 
 @_pjit
@@ -195,8 +215,4 @@ def _sparse_margins(indptr, indices, values, rows, ptr, X, x_shared, zero, z):
     for i in _prange(ptr.size - 1):
         x = X[0] if x_shared else X[i]
         for j in range(ptr[i], ptr[i + 1]):
-            row = rows[j]
-            s = zero
-            for p in range(indptr[row], indptr[row + 1]):
-                s += values[p] * x[indices[p]]
-            z[j] = s
+            z[j] = _sparse_dot(indptr, indices, values, rows[j], x, zero)

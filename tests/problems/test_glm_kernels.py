@@ -84,3 +84,20 @@ def test_gradient_is_one_pass_of_finite_differences():
         [(p.node_loss(x + E[k]) - p.node_loss(x - E[k])) / (2 * h) for k in range(p.d)], dim=1
     )
     torch.testing.assert_close(g, fd, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("cls", [LogRegNonconvex, LeastSquares])
+@pytest.mark.parametrize("dense", [True, False])
+def test_gradient_difference_in_one_pass(cls, dense, monkeypatch):
+    """``grad_diff`` (one pass over the rows for both points) equals the difference of two
+    gradients, full and minibatch, with shared and per-node points; so does the torch path."""
+    fast, slow = _pair(cls, dense, torch.float64, monkeypatch)
+    gen = torch.Generator().manual_seed(3)
+    x, y = (torch.randn(fast.d, generator=gen, dtype=torch.float64) for _ in range(2))
+    X, Y = (torch.randn(4, fast.d, generator=gen, dtype=torch.float64) for _ in range(2))
+    batch = fast.sample(SimulatedComm(4, seed=0).rng(5), 6)
+    for a, b in ((x, y), (X, Y), (x, Y)):
+        for bt in (None, batch):
+            want = fast.grad(a, bt) - fast.grad(b, bt)
+            torch.testing.assert_close(fast.grad_diff(a, b, bt), want, rtol=1e-10, atol=1e-13)
+            torch.testing.assert_close(slow.grad_diff(a, b, bt), want, rtol=1e-10, atol=1e-13)
