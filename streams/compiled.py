@@ -57,7 +57,9 @@ def bits64(keys: torch.Tensor, count: int) -> torch.Tensor:
     """int64 ``(m, count)``: element ``c`` of row ``j`` is SplitMix64's ``c``-th output for
     ``keys[j]`` (the same bits as ``Streams.bits64``)."""
     out = torch.empty(keys.numel(), count, dtype=torch.int64)
-    launch(_bits, keys.numpy().view(np.uint64), out.numpy().view(np.uint64))
+    launch(
+        _draw, keys.numpy().view(np.uint64), np.uint64(0), np.uint64(1), out.numpy().view(np.uint64)
+    )
     return out
 
 
@@ -65,8 +67,9 @@ def uniform(keys: torch.Tensor, count: int, dtype: torch.dtype) -> torch.Tensor:
     """``(m, count)`` uniforms on [0, 1) in float64 (53 bits) or float32 (24 bits), the same
     numbers as ``Streams.uniform``."""
     out = torch.empty(keys.numel(), count, dtype=dtype)
-    kernel = _uniform53 if dtype == torch.float64 else _uniform24
-    launch(kernel, keys.numpy().view(np.uint64), out.numpy())
+    # 53 random bits scaled by 2^-53 (float64), or 24 by 2^-24 (float32): exact either way
+    bits, scale = (53, 2.0**-53) if dtype == torch.float64 else (24, _TWO_M24)
+    launch(_draw, keys.numpy().view(np.uint64), np.uint64(64 - bits), scale, out.numpy())
     return out
 
 
@@ -91,28 +94,14 @@ if numba is not None:
         return z ^ (z >> np.uint64(31))
 
     @_pjit
-    def _bits(keys, out):
+    def _draw(keys, shift, scale, out):
+        """``out[j, c] = (mix(keys[j] + (c + 1) golden) >> shift) * scale``: raw words
+        (``shift = 0``, ``scale = 1``) or uniforms, by the types of ``scale`` and ``out``."""
         for j in numba.prange(keys.size):
             z = keys[j]
             for c in range(out.shape[1]):
                 z += _GOLDEN
-                out[j, c] = _mix(z)
-
-    @_pjit
-    def _uniform53(keys, out):
-        for j in numba.prange(keys.size):
-            z = keys[j]
-            for c in range(out.shape[1]):
-                z += _GOLDEN
-                out[j, c] = np.float64(_mix(z) >> np.uint64(11)) * 2.0**-53
-
-    @_pjit
-    def _uniform24(keys, out):
-        for j in numba.prange(keys.size):
-            z = keys[j]
-            for c in range(out.shape[1]):
-                z += _GOLDEN
-                out[j, c] = np.float32(_mix(z) >> np.uint64(40)) * _TWO_M24
+                out[j, c] = (_mix(z) >> shift) * scale
 
     @_jit
     def _sift_down(heap, pos, i, k):
