@@ -167,7 +167,27 @@ def norm_of(norm: str | int | float) -> float:
 
 
 @dataclass(frozen=True)
-class QSGD(_Dithering):
+class _LevelDithering(_Dithering):
+    """A dithering with ``levels`` (``s``) and ``norm`` (``p``) fields, which the subclass
+    declares with its own defaults."""
+
+    def __post_init__(self) -> None:
+        self._check_common()
+        if not isinstance(self.levels, int) or self.levels < 1:
+            raise ValueError(f"levels must be an integer >= 1, got levels={self.levels!r}")
+        object.__setattr__(self, "norm", "inf" if norm_of(self.norm) == math.inf else "2")
+
+    @property
+    def s(self) -> int:
+        return self.levels
+
+    @property
+    def p(self) -> float:
+        return norm_of(self.norm)
+
+
+@dataclass(frozen=True)
+class QSGD(_LevelDithering):
     """Random (standard) dithering with ``s`` uniform levels; QSGD for ``norm=2``.
 
     ``C(x) = ||x||_p sign(x) xi / s`` with ``xi_j = l`` or ``l + 1``,
@@ -194,20 +214,6 @@ class QSGD(_Dithering):
 
     levels: int = 4
     norm: str = "2"
-
-    def __post_init__(self) -> None:
-        self._check_common()
-        if not isinstance(self.levels, int) or self.levels < 1:
-            raise ValueError(f"levels must be an integer >= 1, got levels={self.levels!r}")
-        object.__setattr__(self, "norm", "inf" if norm_of(self.norm) == math.inf else "2")
-
-    @property
-    def s(self) -> int:
-        return self.levels
-
-    @property
-    def p(self) -> float:
-        return norm_of(self.norm)
 
     def omega(self, d: int) -> float:
         s = self.s

@@ -8,11 +8,11 @@ from dataclasses import dataclass
 import torch
 
 from compressors.base import Compressor
-from compressors.dithering import _Dithering, norm_of
+from compressors.dithering import _LevelDithering
 
 
 @dataclass(frozen=True)
-class NaturalDithering(_Dithering):
+class NaturalDithering(_LevelDithering):
     """Natural dithering (Horváth, Ho, Horváth, Sahu, Canini & Richtárik 2019,
     arXiv 1905.10988, Sec. 4, Theorem 7).
 
@@ -35,20 +35,6 @@ class NaturalDithering(_Dithering):
 
     levels: int = 8
     norm: str = "2"
-
-    def __post_init__(self) -> None:
-        self._check_common()
-        if not isinstance(self.levels, int) or self.levels < 1:
-            raise ValueError(f"levels must be an integer >= 1, got levels={self.levels!r}")
-        object.__setattr__(self, "norm", "inf" if norm_of(self.norm) == math.inf else "2")
-
-    @property
-    def s(self) -> int:
-        return self.levels
-
-    @property
-    def p(self) -> float:
-        return norm_of(self.norm)
 
     def omega(self, d: int) -> float:
         t = d ** (1.0 / min(self.p, 2.0)) * 2.0 ** (1 - self.s)
