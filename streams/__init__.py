@@ -77,6 +77,8 @@ def _derive(keys: torch.Tensor, tag: torch.Tensor | int) -> torch.Tensor:
     """A child key per row: a different, independent-looking stream for each (key, tag)."""
     if isinstance(tag, int):
         tag = torch.tensor(_as_int64(tag), dtype=torch.int64, device=keys.device)
+    if compiled.ENABLED and keys.device.type == "cpu":
+        return compiled.derive(keys, tag)
     return _mix(keys ^ _mix(tag * _GOLDEN + _GOLDEN))
 
 
@@ -243,7 +245,7 @@ class Streams:
 
     def subset(self, d: int, k: int) -> torch.Tensor:
         """A uniformly random ``k``-subset of ``range(d)`` per row, sorted, int64 ``(m, k)``."""
-        if compiled.ENABLED and self.device.type == "cpu" and d >= compiled.SUBSET_HEAP_D:
+        if compiled.ENABLED and self.device.type == "cpu" and compiled.heap_subset(self.m, d):
             return compiled.subset(self.keys, d, k)
         idx = torch.topk(self.bits64(d), k, dim=1, sorted=False).indices
         return torch.sort(idx, dim=1).values

@@ -19,16 +19,18 @@ try:
 except ImportError:  # pragma: no cover - numba is a declared dependency
     numba = None
 
-__all__ = ["ENABLED", "bits64", "launch", "numba", "subset", "uniform"]
+__all__ = ["ENABLED", "bits64", "derive", "heap_subset", "launch", "numba", "subset", "uniform"]
 
 ENABLED = numba is not None
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
 _TWO_M24 = np.float32(2.0**-24)
-# From this row length on, a subset is drawn through a k-entry heap (no (m, d) block of keys,
-# and faster); below it a vectorised draw of the whole block and torch.topk are faster.
+# A subset is drawn through a k-entry heap (no (m, d) block of keys) for rows of this length
+# on, or for blocks up to SUBSET_HEAP_BLOCK entries (where torch.topk's fixed costs dominate);
+# else a vectorised draw of the whole block and torch.topk are faster.
 SUBSET_HEAP_D = 1024
+SUBSET_HEAP_BLOCK = 65536
 _LOCK = threading.Lock()
 _layer_set = False
 
@@ -73,6 +75,20 @@ def uniform(keys: torch.Tensor, count: int, dtype: torch.dtype) -> torch.Tensor:
     return out
 
 
+def heap_subset(m: int, d: int) -> bool:
+    """Whether :func:`subset` is the faster way to draw ``m`` subsets of ``range(d)``."""
+    return d >= SUBSET_HEAP_D or m * d <= SUBSET_HEAP_BLOCK
+
+
+def derive(keys: torch.Tensor, tag: torch.Tensor) -> torch.Tensor:
+    """``mix(keys ^ mix(tag golden + golden))`` per row (``tag``: one int64 or one per row), the
+    child keys of ``Streams.split``, in one pass instead of a score of tiny torch kernels."""
+    tags = tag.expand(keys.shape).contiguous()
+    out = torch.empty_like(keys)
+    _derive(keys.numpy().view(np.uint64), tags.numpy().view(np.uint64), out.numpy().view(np.uint64))
+    return out
+
+
 def subset(keys: torch.Tensor, d: int, k: int) -> torch.Tensor:
     """int64 ``(m, k)``, ascending: per row the positions of the ``k`` largest of the first
     ``d`` SplitMix64 outputs (as signed int64), the subset ``Streams.subset`` draws. The
@@ -102,6 +118,11 @@ if numba is not None:
             for c in range(out.shape[1]):
                 z += _GOLDEN
                 out[j, c] = (_mix(z) >> shift) * scale
+
+    @_jit
+    def _derive(keys, tags, out):
+        for j in range(keys.size):
+            out[j] = _mix(keys[j] ^ _mix(tags[j] * _GOLDEN + _GOLDEN))
 
     @_jit
     def _sift_down(heap, pos, i, k):

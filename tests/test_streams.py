@@ -91,8 +91,9 @@ def test_coerce_accepts_generators_and_seeds():
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
 def testcompiled_draws_equal_the_torch_form(dtype, monkeypatch):
-    """The compiled SplitMix64 kernels return the same bits, uniforms and subsets as the torch
-    form."""
+    """The compiled SplitMix64 kernels return the same bits, uniforms, subsets and derived keys
+    as the torch form."""
+    from streams import _derive as streams_derive
     from streams import compiled
 
     if not compiled.ENABLED:
@@ -101,8 +102,14 @@ def testcompiled_draws_equal_the_torch_form(dtype, monkeypatch):
     fast_bits, fast_u = s.bits64(5, 13), s.uniform(65, dtype=dtype)
     monkeypatch.setattr(compiled, "SUBSET_HEAP_D", 1)  # every subset through the heap kernel
     fast_sets = [s.subset(d, k) for d, k in ((1, 1), (13, 13), (100, 1), (2000, 37))]
+    per_row = torch.arange(37, dtype=torch.int64) * 7 - 100
+    fast_keys = [s.split(5).keys, s.split(-3).keys, s.split(2**63 - 1).keys]
+    fast_keys.append(streams_derive(s.keys, per_row))
     monkeypatch.setattr(compiled, "ENABLED", False)
     assert torch.equal(fast_bits, s.bits64(5, 13))
+    slow_keys = [s.split(5).keys, s.split(-3).keys, s.split(2**63 - 1).keys]
+    slow_keys.append(streams_derive(s.keys, per_row))
+    assert all(torch.equal(a, b) for a, b in zip(fast_keys, slow_keys, strict=True))
     assert torch.equal(fast_u, s.uniform(65, dtype=dtype)) and fast_u.dtype == dtype
     for got, (d, k) in zip(fast_sets, ((1, 1), (13, 13), (100, 1), (2000, 37)), strict=True):
         assert torch.equal(got, s.subset(d, k))
