@@ -2,12 +2,15 @@
 
 ``f_i(x) = (1/m_i) sum_{j in node i} phi(a_j^T x, b_j) + R(x)``, ``f = (1/n) sum_i f_i``.
 
-Rows are stored sorted by node. For the held nodes the data is one block-sparse CSR matrix
-``B`` of shape ``(N_held, m d)`` whose row ``j`` holds ``a_j`` in the column block of its node,
-so that with ``X`` the ``(m, d)`` points, ``B @ vec(X)`` gives every margin ``a_j^T x_{node(j)}``
-and ``B^T @ u`` every node's gradient in one sparse product each, for any number of nodes and
-any (unequal) ``m_i``, sparse or dense data alike. Minibatches gather their rows from the CSR
-arrays and reduce with ``index_add_``.
+Rows are stored sorted by node. On the CPU, in float32 and float64, every gradient, margin and
+minibatch gradient runs through the compiled kernels of :mod:`problems.glm_kernels`: one pass
+over each held node's rows (dense, or CSR with work proportional to the non-zeros), nodes in
+parallel, for any number of nodes and any (unequal) ``m_i``. Elsewhere (CUDA, other dtypes, no
+numba) torch does the same maths: the held rows form one block-sparse CSR matrix ``B`` of shape
+``(N_held, m d)`` whose row ``j`` holds ``a_j`` in the column block of its node, so that with
+``X`` the ``(m, d)`` points, ``B @ vec(X)`` gives every margin ``a_j^T x_{node(j)}`` and
+``B^T @ u`` every node's gradient (dense data: gemv and batched gemv instead); minibatches gather
+their rows from the CSR arrays and reduce with ``index_add_``.
 """
 
 from __future__ import annotations
