@@ -4,9 +4,10 @@ the memory-bandwidth bound, compressors against torch primitives, peak memory ag
 size, batched against looped deep-net gradients. Prints a markdown report; with ``--out``
 also writes ``DIR/benchmarks.md`` and the raw numbers in ``DIR/benchmarks.json``.
 
-On a 2-core machine ``--quick`` takes about 2 minutes; the full run about half an hour (its
-parts timed separately) and up to 12 GiB of memory (the ``d = 10^4, m_i = 500`` case and the
-memory part at ``(n, d) = (1000, 10^5)``).
+On a 2-core machine ``--quick`` takes about 3 minutes (numba's first compilation included); the
+full run takes much longer (every case, more repeats, each loop timed twice) and several GiB of
+memory (the ``d = 10^4, m_i = 500`` case, and the memory part at ``(n, d) = (1000, 10^5)``,
+where one method's subprocess peaks near 4 GiB).
 """
 
 from __future__ import annotations
