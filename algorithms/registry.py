@@ -14,6 +14,8 @@ from algorithms.ef14 import EF14
 from algorithms.ef21 import EF21
 from algorithms.ef21_bc import EF21BC
 from algorithms.ef21_hb import EF21HB
+from algorithms.ef21_page import EF21PAGE
+from algorithms.ef21_plus import EF21Plus
 from algorithms.ef21_pp import EF21PP
 from algorithms.ef21_sgd import EF21SGD
 from algorithms.ef_bv import EFBV
@@ -30,6 +32,8 @@ ALGORITHMS: dict[str, type[Algorithm]] = {
     "ef21-pp": EF21PP,
     "ef21-bc": EF21BC,
     "ef21-hb": EF21HB,
+    "ef21-page": EF21PAGE,
+    "ef21-plus": EF21Plus,
     "3pc": ThreePC,
     "ef-bv": EFBV,
     "diana": DIANA,

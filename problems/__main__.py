@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import torch
 
-from problems.registry import PROBLEMS, make_problem
+from problems.registry import PROBLEMS, SPLIT_HELP, X0_HELP, make_problem
 from problems.torch_model import TorchModel
 
 
@@ -59,13 +59,13 @@ def parser() -> argparse.ArgumentParser:
         help="synthetic, breast-cancer, digits[-binary], wine[-binary], "
         "libsvm:PATH, cifar10:PATH (default: the problem's)",
     )
-    p.add_argument("--split", default="contiguous", help="contiguous|iid|sorted|dirichlet:ALPHA")
+    p.add_argument("--split", default="contiguous", help=SPLIT_HELP)
     p.add_argument("--nodes", type=int, default=10, help="number of nodes n")
     p.add_argument("--lambda", dest="lam", type=float, help="regularisation (default: problem's)")
     p.add_argument("--dtype", default=None, choices=["float64", "float32"])
     p.add_argument("--device", default="cpu")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--x0", default="default", help="default|zeros|ones|randn[:SCALE]")
+    p.add_argument("--x0", default="default", help=X0_HELP)
     p.add_argument("--json", action="store_true", help="print the constants as JSON")
     p.add_argument("--list", action="store_true", help="list problems and their options")
     for knob, typ in knob_types().items():
@@ -120,6 +120,9 @@ def report(problem, args: argparse.Namespace, t_build: float, t_consts: float) -
         v = getattr(c, key)
         note = _MEANING[key] if v is not None else _why_missing(problem, key)
         lines.append(f"{key:<10}{_fmt(v):<20}{note}")
+    f_low = getattr(problem, "f_lower_bound", None)
+    if c.f_star is None and f_low is not None:
+        lines.append(f"{'f_inf >=':<10}{_fmt(f_low):<20}a lower bound of inf f (f >= {f_low:g})")
     if c.L_i is not None:
         L_i = c.L_i
         lines.append(

@@ -62,7 +62,7 @@ def _torch_csr(M: sp.csr_matrix, dtype: torch.dtype, device: torch.device) -> to
 
 
 class GLM(Problem):
-    """Base of ``logreg``, ``logreg-nonconvex`` and ``least-squares``.
+    """Base of ``logreg``, ``logreg-nonconvex``, ``least-squares`` and ``sigmoid-squared``.
 
     Subclasses define ``phi``, ``dphi``, ``d2phi`` (the loss and its derivatives in the margin),
     ``reg``, ``reg_grad``, ``reg_hess_diag``, and the curvature bounds ``PHI_CURV = sup phi''``

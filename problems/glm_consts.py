@@ -1,6 +1,7 @@
 """Constants of generalised linear models ``f_i(x) = (1/m_i) sum_j phi(a_j^T x, b_j) + R(x)``.
 
-With ``c = sup phi''`` (1/4 for the logistic loss, 1 for least squares) and ``r = sup R''``
+With ``c = sup |phi''|`` (1/4 for the logistic loss, 1 for least squares, 0.1540585701... for
+the sigmoid-squared loss, :mod:`problems.sigmoid_squared`) and ``r = sup R''``
 (``lam`` for ``(lam/2)||x||^2``, ``2 lam`` for ``lam sum_k x_k^2/(1+x_k^2)``; Richtarik et al.
 2021, arXiv 2106.05203, Sec. 5), ``grad^2 f_i <= c A_i^T A_i / m_i + r I``, so
 ``L_i = c lambda_max(A_i^T A_i)/m_i + r`` and ``L = c lambda_max((1/n) sum_i A_i^T A_i/m_i) + r``,

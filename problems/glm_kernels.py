@@ -30,7 +30,7 @@ from streams.compiled import launch, numba
 __all__ = ["LOSSES", "available", "grad", "margins"]
 
 # The losses the kernels know: a GLM subclass names its own in ``KERNEL_LOSS``.
-LOSSES = {"logistic": 0, "squared": 1}
+LOSSES = {"logistic": 0, "squared": 1, "sigmoid-squared": 2}
 DTYPES = (torch.float32, torch.float64)
 # Entries of a block of dense rows (256 KiB in float64): a block's margins are computed, then
 # its weighted sum, while the block is still in the core's L2 cache.
@@ -122,9 +122,14 @@ else:  # pragma: no cover
 @_inline
 def _dphi(code, z, b):
     """``phi'(z, b)``: logistic ``-b sigmoid(-b z) = -b / (1 + exp(b z))`` (an overflow of
-    ``exp`` gives the limit 0: the kernels keep IEEE infinities), or squared ``z - b``."""
+    ``exp`` gives the limit 0: the kernels keep IEEE infinities), squared ``z - b``, or
+    sigmoid-squared ``-2 b s^2 (1 - s)`` with ``s = sigmoid(-b z)`` and ``1 - s = sigmoid(b z)``
+    each from its own ``exp`` (no cancellation; an overflow again gives the limit 0)."""
     if code == 0:
         return -b / (1.0 + math.exp(b * z))
+    if code == 2:
+        s = 1.0 / (1.0 + math.exp(b * z))
+        return -2.0 * b * s * s / (1.0 + math.exp(-b * z))
     return z - b
 
 

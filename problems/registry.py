@@ -17,14 +17,29 @@ from problems.least_squares import LeastSquares
 from problems.logreg import LogReg
 from problems.logreg_nonconvex import LogRegNonconvex
 from problems.quadratic import Quadratic
+from problems.sigmoid_squared import SigmoidSquared
 from problems.torch_model import TorchModel
 
-__all__ = ["PROBLEMS", "make_problem", "parse_dtype"]
+__all__ = ["PROBLEMS", "SPLIT_HELP", "X0_HELP", "make_problem", "parse_dtype"]
+
+# Command-line help of the common options (the runner and ``python -m problems`` share it).
+SPLIT_HELP = (
+    "contiguous (node i: rows [floor(i N/n), floor((i+1) N/n)), file order) | contiguous:last "
+    "(EF21 code: N//n rows each, the remainder on the last node) | contiguous:drop (3PC/CLAG "
+    "code: N//n rows each, the remainder dropped) | contiguous:array (DASHA code: "
+    "np.array_split, the first (N mod n) nodes one row more) | iid | sorted | dirichlet:ALPHA"
+)
+X0_HELP = (
+    "default | zeros (the origin) | ones | randn[:SCALE] (x0 ~ N(0, SCALE^2 I), SCALE 1 by "
+    "default, drawn from a stream keyed by --seed alone: the same on every rank and device; "
+    "the EF21 experiments use N(0, I), some scripts N(0, 4 I))"
+)
 
 PROBLEMS: dict[str, type[Problem]] = {
     "quadratic": Quadratic,
     "logreg": LogReg,
     "logreg-nonconvex": LogRegNonconvex,
+    "sigmoid-squared": SigmoidSquared,
     "least-squares": LeastSquares,
     "mlp": MLPProblem,
     "cnn": CNNProblem,
@@ -69,13 +84,16 @@ def make_problem(
         name: registry name (``--problem``).
         dataset: ``--dataset`` (None: the problem's default, ``synthetic`` for GLMs, ``digits``
             for ``mlp``/``cnn``, synthetic images for ``resnet18``).
-        split: ``contiguous``, ``iid``, ``sorted`` or ``dirichlet:ALPHA``.
+        split: ``contiguous``, ``contiguous:last``, ``contiguous:drop``, ``contiguous:array``,
+            ``iid``, ``sorted`` or ``dirichlet:ALPHA`` (:mod:`problems.splits`).
         nodes: number of nodes ``n``.
         lam: ``--lambda`` (None: the problem's default).
         dtype: float64 or float32 (None: float32 for deep nets, float64 otherwise).
         device: where tensors live.
         seed: seeds synthetic data, the ``iid``/``dirichlet`` splits and ``--x0 randn``.
-        x0: ``default``, ``zeros``, ``ones`` or ``randn[:SCALE]``.
+        x0: ``default``, ``zeros`` (the origin), ``ones`` or ``randn[:SCALE]``
+            (``N(0, SCALE^2 I)`` from a stream keyed by ``seed`` alone, so the same start on
+            every rank and device; ``randn`` is the papers' ``x0 ~ N(0, I)``).
         **knobs: the problem's own knobs (``PROBLEMS[name].knobs``); None means default.
     """
     if name not in PROBLEMS:

@@ -4,8 +4,19 @@ A split returns ``(order, counts)``: node ``i`` owns rows ``order[offsets[i]:off
 the data (``offsets = [0, cumsum(counts)]``), each node's rows in file order. Splits:
 
 * ``contiguous``: node ``i`` gets rows ``[floor(i N / n), floor((i+1) N / n))`` in file order,
-  no shuffling (DESIGN.md; the EF21 experiments split the same way, up to where the remainder
-  goes);
+  no shuffling (DESIGN.md);
+* the papers' own contiguous conventions, each in file order without shuffling, with
+  ``q = N // n`` and ``r = N % n``:
+
+  - ``contiguous:last``: rows ``[i q, (i+1) q)`` for ``i < n - 1`` and ``[(n-1) q, N)`` for the
+    last node, which takes the remainder (the EF21 experiments, ``generate_data.py`` of
+    ``IgorSokoloff/ef21_experiments_source_code``);
+  - ``contiguous:drop``: rows ``[i q, (i+1) q)``; the last ``r`` rows are dropped (the 3PC/CLAG
+    logistic experiments, ``data_processing.py`` of ``IgorSokoloff/3pc_experiments_source_code``,
+    which cut ``X[:-r]``; with ``r = 0`` that slice would be empty, here all rows are kept);
+  - ``contiguous:array``: ``np.array_split``, the first ``r`` nodes ``q + 1`` rows, the others
+    ``q`` (the DASHA code, ``Dataset.split`` in ``mysteryresearcher/dasha``, without its
+    optional shuffle; its ``ignore_remainder`` variant is ``contiguous:drop``);
 * ``iid``: the same chunk sizes over a seeded random permutation;
 * ``sorted``: rows stably sorted by label, then contiguous chunks: maximal label skew;
 * ``dirichlet:ALPHA``: for each class, node shares drawn from ``Dir(ALPHA 1_n)`` (Hsu, Qi &
@@ -23,7 +34,22 @@ from streams import Streams
 
 __all__ = ["SPLITS", "split", "parse_split"]
 
-SPLITS = ("contiguous", "iid", "sorted", "dirichlet:ALPHA")
+SPLITS = (
+    "contiguous",
+    "contiguous:last",
+    "contiguous:drop",
+    "contiguous:array",
+    "iid",
+    "sorted",
+    "dirichlet:ALPHA",
+)
+# The contiguous conventions: ``kind`` of parse_split -> chunk sizes for (N, n).
+_CONTIGUOUS = {
+    "contiguous": lambda N, n: _chunks(N, n),
+    "contiguous:last": lambda N, n: np.array([N // n] * (n - 1) + [N - (n - 1) * (N // n)]),
+    "contiguous:drop": lambda N, n: np.full(n, N // n),
+    "contiguous:array": lambda N, n: np.array([a.size for a in np.array_split(np.arange(N), n)]),
+}
 
 # Stream tags, so that split draws never coincide with other seeded draws.
 _IID_TAG = 0x5011
@@ -35,8 +61,10 @@ def parse_split(spec: str) -> tuple[str, float | None]:
     """``(kind, alpha)`` from a ``--split`` spec; alpha only for ``dirichlet``."""
     if not isinstance(spec, str):
         raise ValueError(f"split must be a string, got {spec!r}")
+    if spec in _CONTIGUOUS:
+        return spec, None
     kind, colon, arg = spec.partition(":")
-    if kind in ("contiguous", "iid", "sorted") and not colon:
+    if kind in ("iid", "sorted") and not colon:
         return kind, None
     if kind == "dirichlet" and colon:
         try:
@@ -79,14 +107,16 @@ def split(
     """Partition ``len(labels)`` samples among ``n`` nodes.
 
     Args:
-        spec: ``contiguous``, ``iid``, ``sorted`` or ``dirichlet:ALPHA``.
+        spec: one of :data:`SPLITS` (see the module docstring).
         labels: ``(N,)`` labels (used by ``sorted`` and ``dirichlet``).
         n: number of nodes, ``1 <= n <= N``.
         seed: seeds ``iid`` and ``dirichlet``; the result is a pure function of the arguments.
         problem: named in error messages.
 
     Returns:
-        ``order`` int64 ``(N,)``, a permutation of ``range(N)``, and ``counts`` int64 ``(n,)``.
+        ``order`` int64, distinct rows of ``range(N)`` (all of them, except for
+        ``contiguous:drop``, which leaves out the last ``N % n``), and ``counts`` int64 ``(n,)``
+        with ``counts.sum() == len(order)``.
     """
     kind, alpha = parse_split(spec)
     labels = np.asarray(labels)
@@ -95,8 +125,9 @@ def split(
         raise ValueError(f"{problem}: nodes must be a positive integer, got {n!r}")
     if n > N:
         raise ValueError(f"{problem}: {n} nodes but the data has only {N} samples")
-    if kind == "contiguous":
-        return np.arange(N, dtype=np.int64), _chunks(N, n)
+    if kind in _CONTIGUOUS:
+        counts = _CONTIGUOUS[kind](N, n).astype(np.int64)
+        return np.arange(int(counts.sum()), dtype=np.int64), counts
     if kind == "iid":
         perm = Streams.shared(seed, 1, _IID_TAG).permutation(N)[0].numpy()
         counts = _chunks(N, n)

@@ -23,6 +23,8 @@ from streams import Streams
 TAG_NODE = 0x4E0D
 TAG_SHARED = 0x5A4D
 TAG_SERVER = 0x5E2F
+# The flag that tells the server which of two messages a node sent (EF21+).
+CHOICE_FLAG_BITS = 1
 
 
 @dataclass
@@ -44,6 +46,17 @@ class Ledger:
 
     def charge_down(self, nbits: torch.Tensor | int) -> None:
         self.down += torch.as_tensor(nbits, dtype=torch.int64)
+
+    def uncount(self) -> dict[str, list[int]]:
+        """Zero the bit totals, keeping what they held in ``extra["uncounted"]`` (per held node,
+        up and down): the runner's ``--count-init-bits no`` drops the bits of a method's
+        initialisation (e.g. EF21's uncompressed ``grad f_i(x^0)``), as the EF21 authors' code
+        counts only the rounds. Returns the dropped totals."""
+        dropped = {"bits_up": self.up.tolist(), "bits_down": self.down.tolist()}
+        self.extra["uncounted"] = dropped
+        self.up.zero_()
+        self.down.zero_()
+        return dropped
 
 
 class Comm:
@@ -130,6 +143,17 @@ class Comm:
     ) -> torch.Tensor:
         """``sum_i w_i rows_i`` over all nodes, charging ``nbits_i`` to the rows that send."""
         raise NotImplementedError
+
+    def reduce_choice(
+        self, rows: torch.Tensor, first: Packet, second: Packet, pick_second: torch.Tensor
+    ) -> torch.Tensor:
+        """``mean_i rows_i`` over all nodes, where node ``i`` sent one of two payloads,
+        ``second`` where ``pick_second[i]`` else ``first``, plus a flag naming which: each node
+        is charged its chosen payload's bits and ``CHOICE_FLAG_BITS``. ``rows`` are what the
+        server rebuilds from the chosen messages (EF21+: the change of ``g_i``)."""
+        pick = pick_second.to(first.nbits.device)
+        nbits = torch.where(pick, second.nbits, first.nbits) + CHOICE_FLAG_BITS
+        return self.reduce_rows(rows, nbits.to(torch.int64))
 
     def _charge_up(self, nbits: torch.Tensor, weight: torch.Tensor | None) -> None:
         """Charge ``nbits_i`` uplink to each held row that sends (``w_i != 0``)."""

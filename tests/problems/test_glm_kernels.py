@@ -14,6 +14,7 @@ from problems import glm, glm_kernels
 from problems.least_squares import LeastSquares
 from problems.logreg import LogReg
 from problems.logreg_nonconvex import LogRegNonconvex
+from problems.sigmoid_squared import SigmoidSquared
 
 pytestmark = pytest.mark.skipif(
     glm_kernels.numba is None, reason="numba is not installed: the GLM uses torch alone"
@@ -42,7 +43,7 @@ def _pair(cls, dense, dtype, monkeypatch):
     return fast, slow
 
 
-@pytest.mark.parametrize("cls", [LogReg, LogRegNonconvex, LeastSquares])
+@pytest.mark.parametrize("cls", [LogReg, LogRegNonconvex, LeastSquares, SigmoidSquared])
 @pytest.mark.parametrize("dense", [True, False])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_kernels_match_the_torch_path(cls, dense, dtype, monkeypatch):
@@ -86,7 +87,7 @@ def test_gradient_is_one_pass_of_finite_differences():
     torch.testing.assert_close(g, fd, rtol=1e-6, atol=1e-8)
 
 
-@pytest.mark.parametrize("cls", [LogRegNonconvex, LeastSquares])
+@pytest.mark.parametrize("cls", [LogRegNonconvex, LeastSquares, SigmoidSquared])
 @pytest.mark.parametrize("dense", [True, False])
 def test_gradient_difference_in_one_pass(cls, dense, monkeypatch):
     """``grad_diff`` (one pass over the rows for both points) equals the difference of two

@@ -21,6 +21,7 @@ SMALL = {
     "logreg": {"samples": 60, "features": 5},
     "logreg-nonconvex": {"samples": 60, "features": 5},
     "least-squares": {"samples": 60, "features": 5},
+    "sigmoid-squared": {"samples": 60, "features": 5},
     "mlp": {"samples": 40, "hidden": 8},
     "cnn": {"samples": 40},
     "resnet18": {"samples": 4, "test_samples": 2},
@@ -199,3 +200,26 @@ def test_public_signatures():
     assert list(sig.parameters)[:1] == ["name"]
     for key in ("dataset", "split", "nodes", "lam", "dtype", "device", "seed", "x0", "knobs"):
         assert key in sig.parameters
+
+
+def test_x0_randn_is_standard_normal_seeded_by_the_run_seed():
+    """``--x0 randn`` is the papers' ``x0 ~ N(0, I)``, from the run's seed alone; ``zeros`` is
+    the origin."""
+    from problems.base import parse_x0
+
+    d = 40_000
+    x = parse_x0("randn", d, lambda: torch.zeros(d), seed=11)
+    assert x.dtype == torch.float64 and x.shape == (d,)
+    assert abs(float(x.mean())) < 4 / math.sqrt(d)
+    assert abs(float(x.var()) - 1) < 4 * math.sqrt(2 / d)
+    assert torch.equal(x, parse_x0("randn", d, lambda: torch.ones(d), seed=11))
+    assert not torch.equal(x, parse_x0("randn", d, lambda: torch.zeros(d), seed=12))
+    assert torch.equal(parse_x0("zeros", 3, lambda: torch.ones(3), seed=1), torch.zeros(3).double())
+
+
+def test_cli_help_prints(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    assert "contiguous:array" in out and "N(0, SCALE^2 I)" in out

@@ -130,3 +130,70 @@ def test_problem_rows_follow_the_split(spec):
     assert p.counts.tolist() == counts.tolist()
     x = torch.randn(4, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     torch.testing.assert_close(p.grad(x), ref.grad(x), rtol=0, atol=0)
+
+
+def _ef21_last(N, n):
+    """The EF21 code's rule, written from its description: N // n rows per node, the last node
+    also takes the remainder."""
+    q = N // n
+    return [(i * q, (i + 1) * q if i < n - 1 else N) for i in range(n)]
+
+
+def _clag_drop(N, n):
+    """The 3PC/CLAG code's rule: drop the last N % n rows, then np.array_split (equal chunks)."""
+    keep = N - N % n
+    return [(int(c[0]), int(c[-1]) + 1) for c in np.array_split(np.arange(keep), n)]
+
+
+def _dasha_array(N, n):
+    return [(int(c[0]), int(c[-1]) + 1) for c in np.array_split(np.arange(N), n)]
+
+
+@pytest.mark.parametrize(
+    ("spec", "rule"),
+    [
+        ("contiguous:last", _ef21_last),
+        ("contiguous:drop", _clag_drop),
+        ("contiguous:array", _dasha_array),
+    ],
+)
+@pytest.mark.parametrize(("N", "n"), [(10, 3), (11, 4), (12, 4), (7, 7), (5, 1), (569, 20)])
+def test_papers_contiguous_conventions(spec, rule, N, n):
+    order, counts = split(spec, np.zeros(N), n)
+    off = np.concatenate([[0], np.cumsum(counts)])
+    assert [(int(a), int(b)) for a, b in zip(off[:-1], off[1:], strict=True)] == rule(N, n)
+    assert order.dtype == np.int64 and counts.dtype == np.int64 and (counts > 0).all()
+    assert np.array_equal(order, np.arange(off[-1]))  # file order, no shuffling
+    assert off[-1] == (N - N % n if spec == "contiguous:drop" else N)
+
+
+def test_papers_contiguous_small_examples():
+    N, n = 10, 3
+    assert split("contiguous", np.zeros(N), n)[1].tolist() == [3, 3, 4]
+    assert split("contiguous:last", np.zeros(N), n)[1].tolist() == [3, 3, 4]
+    assert split("contiguous:drop", np.zeros(N), n)[1].tolist() == [3, 3, 3]
+    assert split("contiguous:array", np.zeros(N), n)[1].tolist() == [4, 3, 3]
+    # Where the conventions differ: floor(i N / n) spreads the remainder, EF21 piles it last.
+    assert split("contiguous", np.zeros(11), 4)[1].tolist() == [2, 3, 3, 3]
+    assert split("contiguous:last", np.zeros(11), 4)[1].tolist() == [2, 2, 2, 5]
+    assert split("contiguous:array", np.zeros(11), 4)[1].tolist() == [3, 3, 3, 2]
+
+
+@pytest.mark.parametrize("spec", ["contiguous:last", "contiguous:drop", "contiguous:array"])
+def test_problem_rows_follow_the_papers_splits(spec):
+    p = make_problem(
+        "least-squares", dataset="synthetic", split=spec, nodes=4, samples=90, features=4, seed=5
+    )
+    ds = load_tabular("synthetic", "t", seed=5, samples=90, features=4)
+    y = ds.targets()
+    order, counts = split(spec, y, 4)
+    ref = LeastSquares(ds.X[order], y[order], counts, lam=0.0)
+    assert p.counts.tolist() == counts.tolist() and int(p.counts.sum()) == len(order)
+    x = torch.randn(4, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(p.grad(x), ref.grad(x), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("spec", ["contiguous:lst", "contiguous:", "contiguous:drop:1"])
+def test_bad_contiguous_variants(spec):
+    with pytest.raises(ValueError, match="allowed: contiguous, contiguous:last"):
+        parse_split(spec)
