@@ -7,10 +7,11 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from algorithms import stepsizes
-from algorithms.base import Algorithm, Option, State, Theory
+from algorithms.base import Algorithm, Option, State, Theory, check_choice, check_count
 from algorithms.comm.base import Comm
 
 TAG_BATCH = 0xBA7C
+REGIMES = ("auto", "nonconvex", "strongly-convex")
 
 
 @dataclass(frozen=True)
@@ -21,19 +22,40 @@ class DCGD(Algorithm):
     Update: node ``i`` sends ``c_i = C(grad f_i(x^t))`` (or of a minibatch gradient); the server
     sets ``x^{t+1} = x^t - gamma (1/n) sum_i c_i`` and broadcasts it.
 
-    Theory: with independent unbiased ``C`` (omega), ``gamma = 1/(L + 2 omega L_max/n)``
-    (:func:`stepsizes.dcgd`); DCGD converges linearly only to a neighbourhood of size
-    ``O(gamma omega zeta2 / (mu n))``. A biased ``C`` is accepted (no theory: give ``--step``),
-    since it is the classic counterexample (Beznosikov et al. 2020, arXiv 2002.12410).
+    Theory, with independent unbiased ``C`` (omega); ``convexity`` ``auto`` takes the strongly
+    convex step when the problem knows ``mu``, else the nonconvex one:
+
+    - strongly convex: ``gamma = 1/(L + 2 omega L_max/n)`` (:func:`stepsizes.dcgd`); DCGD then
+      converges linearly only to a neighbourhood of size ``O(gamma omega zeta2 / (mu n))``;
+    - nonconvex (Khaled & Richtárik 2020, arXiv 2002.03329, Thm 2; theory sheet §2.1):
+      ``gamma = min(1/L, 1/sqrt(L A' T))`` with ``A' = omega L_max/n`` and the horizon ``T``
+      (:func:`stepsizes.dcgd_nonconvex`): ``horizon`` (``--horizon``), which the runner fills
+      from ``--iters`` when it is not given; without it the nonconvex step is unavailable.
+
+    A biased ``C`` is accepted (no theory: give ``--step``), since it is the classic
+    counterexample (Beznosikov et al. 2020, arXiv 2002.12410).
     """
 
     batch_size: int | None = None
+    convexity: str = "auto"
+    horizon: int | None = None
 
     needs: ClassVar[str] = "any"
     stochastic: ClassVar[bool] = True
     options: ClassVar[dict[str, Option]] = {
         "batch_size": Option(int, None, "minibatch per node (default: full local gradients)"),
+        "convexity": Option(
+            str, "auto", "DCGD theory step: auto | nonconvex | strongly-convex", REGIMES
+        ),
+        "horizon": Option(
+            int, None, "horizon T of the nonconvex step 1/sqrt(L A' T) (default: --iters)"
+        ),
     }
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_choice("convexity", self.convexity, REGIMES)
+        check_count("horizon", self.horizon)
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:
@@ -44,12 +66,31 @@ class DCGD(Algorithm):
                 f"{compressor.spec()}: give --step FLOAT"
             )
         omega = compressor.omega(d)
-        gamma = stepsizes.dcgd(c.L, c.L_max, omega, problem.n)
+        inputs = {"L": c.L, "L_max": c.L_max, "omega": omega, "n": problem.n}
+        regime = opts.get("convexity", "auto")
+        check_choice("convexity", regime, REGIMES)
+        if regime == "strongly-convex" or (regime == "auto" and c.mu is not None):
+            return Theory(
+                gamma=stepsizes.dcgd(c.L, c.L_max, omega, problem.n),
+                formula="1 / (L + 2 omega L_max / n)",
+                inputs=inputs,
+                source="Gorbunov, Hanzely & Richtárik 2020 (arXiv 1905.11261); theory sheet §2.1",
+            )
+        T = opts.get("horizon")
+        if T is None and omega == 0:
+            T = 1  # A' = 0: the step is 1/L whatever the horizon
+        if T is None:
+            raise ValueError(
+                "DCGD's nonconvex step needs the horizon T (gamma <= 1/sqrt(L A' T)): give "
+                "horizon (--horizon; the runner uses --iters)"
+            )
+        check_count("horizon", T)
+        A = omega * c.L_max / problem.n
         return Theory(
-            gamma=gamma,
-            formula="1 / (L + 2 omega L_max / n)",
-            inputs={"L": c.L, "L_max": c.L_max, "omega": omega, "n": problem.n},
-            source="Gorbunov, Hanzely & Richtárik 2020 (arXiv 1905.11261); theory sheet §2.1",
+            gamma=stepsizes.dcgd_nonconvex(c.L, c.L_max, omega, problem.n, T),
+            formula="min(1 / L, 1 / sqrt(L A' T)), A' = omega L_max / n",
+            inputs={**inputs, "A_prime": A, "T": T},
+            source="Khaled & Richtárik 2020, arXiv 2002.03329, Theorem 2 (theory sheet §2.1)",
         )
 
     def init(self, x0, problem, comm: Comm) -> State:

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import torch
 
+from algorithms import stepsizes
 from algorithms.base import Algorithm, Option, State, Theory, check_choice, check_compressor
 from algorithms.comm.base import Comm
-from algorithms.ef21 import INIT_OPTION, INITS, borrowed_ef21_theory, ef21_update
+from algorithms.ef21 import INIT_OPTION, INITS, ef21_update
 from compressors import Compressor
 from compressors.identity import Identity
 
@@ -39,9 +39,15 @@ class EF21BC(Algorithm):
     charged), compressed, or zero; ``g^0 = g~^0`` is sent to the nodes uncompressed
     (charged downlink) unless it is zero.
 
-    Theory: the paper's step constants are unverified here [U]; as in the authors'
-    experiments the step is EF21's for the uplink ``alpha_w = delta(C_w)`` (Theorem 1, or 2
-    under PL, of arXiv 2106.05203). Reports ``G = mean_i ||g~_i - grad f_i(x)||^2`` and
+    Theory: the paper's Appendix G constants were not available here, so the step is derived
+    for this library (:func:`stepsizes.ef21_bc`, documented there) from
+    ``alpha_w = delta(C_w)`` and ``alpha_M = delta(C_M)``: nonconvex
+    ``1/(L + sqrt(2)(sqrt(c1) + sqrt(c2)))``, PL
+    ``min(1/(L + 2(sqrt(c1) + sqrt(c2))), min(theta_w, theta_M)/(2 mu))``; with the identity
+    downlink it is EF21's Theorem 1 (2) step, and it shrinks like ``alpha_w alpha_M`` as the
+    paper's complexity ``O(1/(alpha_w alpha_M eps^2))`` does. The authors' experiments used
+    EF21's step (uplink ``alpha_w``) times tuned factors: ``--step-mult`` reproduces them.
+    Reports ``G = mean_i ||g~_i - grad f_i(x)||^2`` and
     ``G_down = ||g - g~||^2``.
     """
 
@@ -78,13 +84,30 @@ class EF21BC(Algorithm):
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:
-        th = borrowed_ef21_theory(problem, compressor, opts, "EF21-BC", " with alpha = alpha_w")
+        c, d = problem.consts, problem.d
         down = opts.get("down_compressor") or Identity()
-        try:
-            alpha_M = down.delta(problem.d)
-        except ValueError:
-            alpha_M = None
-        return dataclasses.replace(th, inputs={**th.inputs, "alpha_M": alpha_M})
+        alpha_w, alpha_M = compressor.delta(d), down.delta(d)
+        regime = opts.get("regime", "auto")
+        pl = regime == "pl" or (regime == "auto" and c.mu is not None)
+        if pl and c.mu is None:
+            raise ValueError("the PL step needs mu, which this problem does not know")
+        c1, c2 = stepsizes.ef21_bc_c1_c2(c.L, c.L_tilde, alpha_w, alpha_M)
+        inputs = {"L": c.L, "L_tilde": c.L_tilde, "alpha_w": alpha_w, "alpha_M": alpha_M}
+        inputs.update(c1=c1, c2=c2, **({"mu": c.mu} if pl else {}))
+        formula = (
+            "min(1 / (L + 2 (sqrt(c1) + sqrt(c2))), min(theta_w, theta_M) / (2 mu))"
+            if pl
+            else "1 / (L + sqrt(2) (sqrt(c1) + sqrt(c2)))"
+        )
+        return Theory(
+            gamma=stepsizes.ef21_bc(c.L, c.L_tilde, alpha_w, alpha_M, c.mu if pl else None),
+            formula=formula + ", c1 = beta_w L_tilde^2 / (2 theta_w), c2 = (3 beta_M / "
+            "(2 theta_M)) (beta_w L_tilde^2 (2 - theta_w) / theta_w + beta_w L_tilde^2 + L^2)"
+            " (derived; EF21's step when alpha_M = 1)",
+            inputs=inputs,
+            source="Fatkhullin et al. 2021, arXiv 2110.03294, Alg. 5; step derived for this "
+            "library (the paper's Appendix G constants were not available)",
+        )
 
     def init(self, x0, problem, comm: Comm) -> EF21BCState:
         C, grad_i = self.compressor, problem.grad(x0)

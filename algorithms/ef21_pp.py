@@ -9,12 +9,13 @@ from typing import ClassVar
 import torch
 
 from algorithms import stepsizes
-from algorithms.base import Option, Theory, check_unit
+from algorithms.base import Option, Theory, check_choice, check_unit
 from algorithms.comm.base import Comm
 from algorithms.ef21 import INIT_OPTION, EF21Base, EF21State, ef21_update
 
 TAG_PARTICIPATE = 0x9A27
 SAMPLINGS = ("poisson", "nice")
+REGIMES = ("auto", "nonconvex", "pl")
 
 
 def participation_mask(comm: Comm, t: int, p: float, sampling: str) -> torch.Tensor:
@@ -56,12 +57,17 @@ class EF21PP(EF21Base):
 
     Theory: Theorem 7 (p. 47) with all ``p_i = p``: ``gamma = 1/(L + sqrt(B~/theta_p))``,
     ``theta_p = theta p/2``, ``B~ = (beta p + (1 + 1/rho)(1-p)) L_tilde^2``,
-    ``rho = theta p/(2(1-p))`` (:func:`stepsizes.ef21_pp`), a nonconvex result (no PL step is
-    used). Reports ``G = mean_i ||g_i - grad f_i(x)||^2`` over all nodes.
+    ``rho = theta p/(2(1-p))`` (:func:`stepsizes.ef21_pp`). Under PL (``regime``: ``auto`` picks
+    it when the problem knows ``mu``) the step is ``min(1/(L + sqrt(2 B~/theta_p)),
+    theta_p/(2 mu))`` (:func:`stepsizes.ef21_pp_pl`): derived here as EF21's Theorem 2 step with
+    Theorem 7's ``theta_p`` and ``B~`` (B&W's own PL theorem for EF21-PP was not available);
+    ``p = 1`` gives EF21's PL step. Reports ``G = mean_i ||g_i - grad f_i(x)||^2`` over all
+    nodes.
     """
 
     participation: float = 0.5
     sampling: str = "poisson"
+    regime: str = "auto"
 
     needs: ClassVar[str] = "contractive"
     reports: ClassVar[tuple[str, ...]] = ("G", "participants")
@@ -69,6 +75,7 @@ class EF21PP(EF21Base):
         "participation": Option(float, 0.5, "probability p in (0, 1] that a node takes part"),
         "sampling": Option(str, "poisson", "participation: poisson | nice", SAMPLINGS),
         "init_mode": INIT_OPTION,
+        "regime": Option(str, "auto", "theory step: auto | nonconvex | pl", REGIMES),
     }
 
     def __post_init__(self) -> None:
@@ -76,6 +83,7 @@ class EF21PP(EF21Base):
         check_unit("participation", self.participation, optional=False)
         if self.sampling not in SAMPLINGS:
             raise ValueError(f"sampling must be poisson or nice, got {self.sampling!r}")
+        check_choice("regime", self.regime, REGIMES)
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:
@@ -84,6 +92,20 @@ class EF21PP(EF21Base):
         if opts.get("sampling") == "nice":
             p = nice_size(p, problem.n) / problem.n
         alpha = compressor.delta(d)
+        regime = opts.get("regime", "auto")
+        check_choice("regime", regime, REGIMES)
+        if regime == "pl" or (regime == "auto" and c.mu is not None):
+            if c.mu is None:
+                raise ValueError("the PL step needs mu, which this problem does not know")
+            return Theory(
+                gamma=stepsizes.ef21_pp_pl(c.L, c.L_tilde, alpha, p, c.mu),
+                formula="min(1 / (L + sqrt(2 B~ / theta_p)), theta_p / (2 mu)), "
+                "theta_p = theta p / 2, B~ = (beta p + (1 + 1/rho)(1 - p)) L_tilde^2, "
+                "rho = theta p / (2 (1 - p))",
+                inputs={"L": c.L, "L_tilde": c.L_tilde, "alpha": alpha, "p": p, "mu": c.mu},
+                source="derived: EF21's Theorem 2 (arXiv 2106.05203) with theta_p, B~ of "
+                "Fatkhullin et al. 2021, arXiv 2110.03294, Theorem 7 (EF21-PP)",
+            )
         return Theory(
             gamma=stepsizes.ef21_pp(c.L, c.L_tilde, alpha, p),
             formula="1 / (L + sqrt(B~ / theta_p)), theta_p = theta p / 2, "

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -17,20 +16,20 @@ INITS = ("full", "compressed", "zero")
 REGIMES = ("auto", "nonconvex", "pl")
 
 
+STEP_RULES = ("authors", "derived")
+
+
 def bv_class(compressor: Compressor, d: int, n: int) -> tuple[float, float, float]:
     """``(eta, omega, omega_av)`` of ``compressor`` in EF-BV's class ``C(eta, omega)``:
     ``||E C(x) - x|| <= eta ||x||``, ``E||C(x) - E C(x)||^2 <= omega ||x||^2``.
 
-    Unbiased: ``(0, omega)``; deterministic contractive: ``(sqrt(1-delta), 0)``; random
-    contractive: ``(sqrt(1-delta), 1-delta)`` (both bounded by ``E||C(x)-x||^2``).
-    ``omega_av = omega/n`` for independent compressors, ``omega`` under shared randomness.
+    The pair is the compressor's declared :meth:`~compressors.Compressor.bias_variance`:
+    exact for the classes that declare it (Top-K, Rand-K, scaled/biased Rand-K, identity, ...),
+    a bound from ``delta`` otherwise (``bias_variance_exact`` tells which).
+    ``omega_av = omega/n`` for independent compressors (the authors' code), ``omega`` under
+    shared randomness.
     """
-    if compressor.unbiased:
-        eta, omega = 0.0, compressor.omega(d)
-    else:
-        delta = compressor.delta(d)
-        eta = math.sqrt(1.0 - delta)
-        omega = 0.0 if compressor.deterministic else 1.0 - delta
+    eta, omega = compressor.bias_variance(d)
     omega_av = omega if compressor.shared_randomness else omega / n
     return eta, omega, omega_av
 
@@ -59,21 +58,25 @@ class EFBV(Algorithm):
     compressors; the variance of a mean of ``n`` independent messages is ``omega/n`` times
     the mean squared norm, so ``omega_av = omega/n`` here (the ``1/n`` gain the paper claims).
 
-    Theory: the paper's step constants are unverified [U], so the step is one derived for
-    this library (:func:`stepsizes.ef_bv`, :func:`stepsizes.ef_bv_pl`):
-    ``1/(L + L_tilde sqrt(r_av)/(1 - sqrt(r)))`` (nonconvex) or
-    ``min(1/(L + L_tilde sqrt(2 r_av)/(1 - sqrt(r))), (1 - sqrt(r))/(2 mu))`` (PL), with
-    ``r = (1-lam+lam eta)^2 + lam^2 omega`` and ``r_av = (1-nu+nu eta)^2 + nu^2 omega_av``;
-    at ``lam = nu = 1`` with a deterministic contractive ``C`` it is EF21's step. It is
-    conservative for DIANA-like settings. Reports ``G = mean_i ||h_i^t - grad f_i(x^t)||^2``
-    of the state the step starts from (its gradients are the ones the step computes).
-    Built directly (not by ``configure``), ``lam`` and ``nu`` default to 1.
+    Theory: the authors' step (their code ``WilliamYi96/EF-BV``; :func:`stepsizes.ef_bv_authors`)
+    ``gamma = 1/(L + L_tilde sqrt(r_av/r)/s*)``, ``s* = sqrt((1+r)/(2r)) - 1``, for both the
+    nonconvex and the PL regime (under PL the Lyapunov function contracts like
+    ``max(1 - gamma mu, (1+r)/2)^t``), with ``r = (1-lam+lam eta)^2 + lam^2 omega`` and
+    ``r_av = (1-nu+nu eta)^2 + nu^2 omega_av`` from the compressor's exact class constants
+    (:func:`bv_class`). ``step_rule="derived"`` (``--ef-step derived``, a deviation) uses
+    instead the step derived for this library (:func:`stepsizes.ef_bv`,
+    :func:`stepsizes.ef_bv_pl`): ``1/(L + L_tilde sqrt(r_av)/(1 - sqrt(r)))`` (nonconvex) or
+    ``min(1/(L + L_tilde sqrt(2 r_av)/(1 - sqrt(r))), (1 - sqrt(r))/(2 mu))`` (PL). Reports
+    ``G = mean_i ||h_i^t - grad f_i(x^t)||^2`` of the state the step starts from (its
+    gradients are the ones the step computes). Built directly (not by ``configure``),
+    ``lam`` and ``nu`` default to 1.
     """
 
     lam: float | None = None
     nu: float | None = None
     init_mode: str = "full"
     regime: str = "auto"
+    step_rule: str = "authors"
 
     needs: ClassVar[str] = "any"
     reports: ClassVar[tuple[str, ...]] = ("G",)
@@ -82,6 +85,13 @@ class EFBV(Algorithm):
         "nu": Option(float, None, "EF-BV nu in (0, 1] (default: nu*)", flag="ef_nu"),
         "init_mode": Option(str, "full", "h_i^0: full | compressed | zero", INITS, "init"),
         "regime": Option(str, "auto", "theory step: auto | nonconvex | pl", REGIMES),
+        "step_rule": Option(
+            str,
+            "authors",
+            "EF-BV theory step: authors (their code) | derived (this library's, a deviation)",
+            STEP_RULES,
+            flag="ef_step",
+        ),
     }
 
     def __post_init__(self) -> None:
@@ -94,6 +104,7 @@ class EFBV(Algorithm):
                 raise ValueError(f"{name} must be in (0, 1], got {v}")
         check_choice("init", self.init_mode, INITS)
         check_choice("regime", self.regime, REGIMES)
+        check_choice("ef_step", self.step_rule, STEP_RULES)
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:
@@ -120,10 +131,30 @@ class EFBV(Algorithm):
             "nu": nu,
             "r": r,
             "r_av": r_av,
+            "class_constants": "exact" if compressor.bias_variance_exact(d) else "bound",
         }
         regime = opts.get("regime", "auto")
-        source = "Condat, Yi & Richtárik 2022, arXiv 2205.04180 (method); step derived here"
+        rule = opts.get("step_rule", "authors")
+        check_choice("ef_step", rule, STEP_RULES)
         params = {"lam": lam_star, "nu": nu_star}
+        if rule == "authors":
+            pl = regime == "pl" or (regime == "auto" and c.mu is not None)
+            if pl:
+                if c.mu is None:
+                    raise ValueError("the PL step needs mu, which this problem does not know")
+                inputs["mu"] = c.mu
+            return Theory(
+                gamma=stepsizes.ef_bv_authors(c.L, c.L_tilde, r, r_av),
+                formula="1 / (L + L_tilde sqrt(r_av / r) / s*), s* = sqrt((1 + r) / (2 r)) - 1",
+                inputs=inputs,
+                params=params,
+                source="Condat, Yi & Richtárik 2022, arXiv 2205.04180; the authors' code "
+                "WilliamYi96/EF-BV" + (" (PL: same step)" if pl else ""),
+            )
+        source = (
+            "Condat, Yi & Richtárik 2022, arXiv 2205.04180 (method); step derived for this "
+            "library (--ef-step derived, a deviation from the authors' step)"
+        )
         if regime == "pl" or (regime == "auto" and c.mu is not None):
             if c.mu is None:
                 raise ValueError("the PL step needs mu, which this problem does not know")

@@ -4,8 +4,10 @@ Writes ``config.json`` (everything needed to rerun: argv, resolved parameters, t
 constants, the compressor's constant and bit model, the step size and its formula, versions),
 ``history.csv`` (``iter, bits_up, bits_down, f, f_gap, grad_norm_sq, wall_s`` and more, one row per
 logged iteration, flushed as it goes) and ``summary.json`` into ``--out``. Exit status: 0 done,
-2 bad input, 3 diverged (history up to that point is kept), 4 a collective failed under
-torchrun (a rank died or hung past ``--timeout``).
+2 bad input, 3 diverged (NaN/inf) or unstable (history up to that point is kept), 4 a collective
+failed under torchrun (a rank died or hung past ``--timeout``). A run that ends with ``f - f_inf``
+above its start, or more than 10 times above its best logged value, ends with reason
+``unstable`` (see :mod:`algorithms.stability`; ``f_inf = f_star`` where known, else ``f``).
 
 Time: ``wall_s`` is the cumulative time inside the method (initialisation and steps, not the
 logging evaluations); ``t_encode``, ``t_communicate`` and ``t_decode`` are the parts of it spent
@@ -44,6 +46,7 @@ from tqdm import tqdm
 from algorithms.base import Algorithm
 from algorithms.comm import SimulatedComm
 from algorithms.registry import ALGORITHMS, ALIASES, get_algorithm
+from algorithms.stability import objective_verdict
 from compressors import COMPRESSORS, Blockwise, Compressor, parse_spec
 from compressors.timing import Stopwatch, recording
 
@@ -107,7 +110,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = ap.add_argument_group("problem")
     p.add_argument("--problem", default="quadratic", help="problem name (see --list)")
     p.add_argument("--dataset", default=None, help="synthetic, a bundled set, libsvm:PATH, ...")
-    p.add_argument("--split", default="contiguous", help="contiguous|iid|sorted|dirichlet:ALPHA")
+    p.add_argument(
+        "--split",
+        default="contiguous",
+        help="contiguous|contiguous:last|contiguous:drop|contiguous:array|iid|sorted|"
+        "dirichlet:ALPHA (the papers' conventions: python -m problems --help)",
+    )
     p.add_argument(
         "--nodes",
         type=int,
@@ -115,7 +123,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="number of nodes n (default 10; under torchrun the world size)",
     )
     p.add_argument("--lambda", dest="lam", type=float, default=None, help="regularization")
-    p.add_argument("--x0", default="default", help="default|zeros|ones|randn[:SCALE]")
+    p.add_argument(
+        "--x0",
+        default="default",
+        help="default|zeros|ones|randn[:SCALE] (randn: x0 ~ N(0, SCALE^2 I) from --seed)",
+    )
     p.add_argument(
         "--problem-opt",
         action="append",
@@ -139,6 +151,14 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--device", default="cpu", help="cpu or cuda")
     r.add_argument("--dtype", choices=("float64", "float32"), default=None)
     r.add_argument("--float-bits", type=int, default=32, help="wire width of a float (bits)")
+    r.add_argument(
+        "--count-init-bits",
+        type=_bool,
+        default=True,
+        metavar="yes|no",
+        help="count the bits a method sends at initialisation (e.g. the full grad f_i(x^0) of "
+        "EF21 --init full, MARINA, DASHA) in bits_up/bits_down (default yes; the EF21 code: no)",
+    )
     r.add_argument("--log-every", type=int, default=None, help="log every K iterations")
     r.add_argument("--out", default=None, help="run folder (default: runs/NAME-TIME)")
     r.add_argument("--overwrite", action="store_true", help="replace a non-empty --out")
@@ -411,6 +431,8 @@ def configure(args) -> tuple[Algorithm, Any, dict[str, Any]]:
                 f"--down-compressor does not apply to {args.algorithm}: it compresses uplink only"
             )
         opts["down_compressor"] = parse_spec(args.down_compressor)
+    if "horizon" in cls.options and opts.get("horizon") is None:
+        opts["horizon"] = args.iters  # steps whose theorem depends on the horizon T (DCGD)
     algo, theory_record = cls.configure(
         problem,
         compressor,
@@ -445,6 +467,7 @@ def configure(args) -> tuple[Algorithm, Any, dict[str, Any]]:
         "seed": args.seed,
         "device": args.device,
         "float_bits": args.float_bits,
+        "count_init_bits": getattr(args, "count_init_bits", True),
         "versions": _versions(),
         "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
@@ -596,6 +619,8 @@ def execute(
         with recording(watch):
             state = algo.init(problem.x0, problem, comm)
         wall += time.perf_counter() - t0
+        if not getattr(args, "count_init_bits", True):
+            comm.ledger.uncount()
     else:
         state, wall = ckpt["state"], ckpt["wall"]
         watch.totals.update(ckpt["times"])
@@ -603,6 +628,7 @@ def execute(
     extras_keys = list(type(algo).reports)
     if is_writer and ckpt is not None:
         _truncate_history(out / "history.csv", ckpt["t"])
+    f_logged = _logged_f(out / "history.csv") if ckpt is not None else []
     mode = "a" if ckpt is not None else "w"
     sink = open(out / "history.csv", mode, newline="") if is_writer else contextlib.nullcontext()
     with sink as fh:
@@ -630,6 +656,7 @@ def execute(
                 "t_compute": max(0.0, wall - spent),
                 **{f"t_{k}": v for k, v in watch.totals.items()},
             }
+            f_logged.append(f)
             if evaluate is not None:
                 held_out = evaluate(state.x, with_grad=False)
                 row.update(test_loss=held_out["loss"], test_acc=held_out["acc"])
@@ -678,11 +705,19 @@ def execute(
             if every and t % every == 0 and t < T:
                 save_checkpoint(out, comm, state, t, wall, watch, last, is_writer)
         bar.close()
+    unstable = None
+    if reason in ("completed", "tolerance", "max_bits"):
+        eps = torch.finfo(problem.x0.dtype).eps if problem.x0.is_floating_point() else 0.0
+        unstable = objective_verdict(f_logged, f_star, eps)
+        if unstable is not None:
+            reason = "unstable"
+            log.warning("run is unstable: f %s", unstable)
     if every and reason != "diverged":
         save_checkpoint(out, comm, state, t, wall, watch, last, is_writer)
     iters_done = max(t, 1)
     summary = {
         "reason": reason,
+        **({"unstable": f"f - f_inf {unstable}"} if unstable is not None else {}),
         "iters": t,
         "final": {k: last.get(k) for k in HISTORY_COLUMNS},
         "gamma": config["step"]["gamma"],
@@ -699,7 +734,16 @@ def execute(
     if is_writer:
         (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
         print(_summary_text(config, summary))
-    return EXIT_DIVERGED if reason == "diverged" else EXIT_OK
+    return EXIT_DIVERGED if reason in ("diverged", "unstable") else EXIT_OK
+
+
+def _logged_f(path: Path) -> list[float]:
+    """The ``f`` column already in a resumed run's history (its start and best count)."""
+    try:
+        with open(path, newline="") as fh:
+            return [float(r["f"]) for r in csv.DictReader(fh) if r.get("f")]
+    except (OSError, ValueError, KeyError):
+        return []
 
 
 # ---------------------------------------------------------------- checkpoints
@@ -779,7 +823,7 @@ def _summary_text(config: dict, s: dict) -> str:
     lines = [
         f"{config['algorithm']} with {config['compressor']['spec']} on {config['problem']['name']}"
         f" (n={config['problem']['n']}, d={config['problem']['d']}): {s['reason']} after "
-        f"{s['iters']} iterations",
+        f"{s['iters']} iterations" + (f" ({s['unstable']})" if s.get("unstable") else ""),
         f"  f = {fin['f']:.6g}"
         + (f", f - f* = {fin['f_gap']:.3e}" if fin.get("f_gap") is not None else "")
         + f", ||grad f||^2 = {fin['grad_norm_sq']:.3e}",

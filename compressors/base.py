@@ -9,6 +9,7 @@ produced, per row, as integers.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -133,6 +134,28 @@ class Compressor:
         if self.unbiased:
             return 1.0 / (self.omega(d) + 1.0)
         raise ValueError(f"{self.spec()} is in neither class: it declares no delta")
+
+    def bias_variance(self, d: int) -> tuple[float, float]:
+        """``(eta, omega)`` of EF-BV's class ``C(eta, omega)`` (Condat, Yi & Richtárik 2022,
+        arXiv 2205.04180): ``||E C(x) - x|| <= eta ||x||`` and
+        ``E||C(x) - E C(x)||^2 <= omega ||x||^2``.
+
+        Classes with exact constants override this (and :meth:`bias_variance_exact` says so).
+        Here: unbiased ``(0, omega(d))`` (as tight as ``omega`` is); otherwise a *bound* from
+        ``delta``: both ``||E C(x) - x||^2`` and the variance are at most
+        ``E||C(x) - x||^2 <= (1 - delta)||x||^2``, so ``(sqrt(1 - delta), 1 - delta)``, with
+        variance 0 for a deterministic ``C``. The bound can be far from the class (scaled
+        Rand-2 at ``d = 10``: bound ``(0.894, 0.8)``, exact ``(0.8, 0.16)``).
+        """
+        if self.unbiased:
+            return 0.0, self.omega(d)
+        delta = self.delta(d)
+        return math.sqrt(1.0 - delta), 0.0 if self.deterministic else 1.0 - delta
+
+    def bias_variance_exact(self, d: int) -> bool:
+        """Whether :meth:`bias_variance` is the class's own pair, each constant attained (not a
+        bound): here, an unbiased compressor whose ``omega`` is attained (``worst_case``)."""
+        return self.unbiased and (self.omega(d) == 0 or self.worst_case(d) is not None)
 
     def support(self, d: int) -> int:
         """At most how many non-zeros an output row has."""

@@ -133,6 +133,17 @@ class Blockwise(Compressor):
             return super().delta(d)
         return min(self.inner.delta(s) for s in self.sizes)
 
+    def bias_variance(self, d: int) -> tuple[float, float]:
+        """Blocks are compressed independently: the bias and the variance add up over blocks,
+        so ``(max_b eta_b, max_b omega_b)``."""
+        self._check_d(d)
+        pairs = [self.inner.bias_variance(s) for s in self.sizes]
+        return max(p[0] for p in pairs), max(p[1] for p in pairs)
+
+    def bias_variance_exact(self, d: int) -> bool:
+        # each max is attained by a vector supported on the worst block alone
+        return all(self.inner.bias_variance_exact(s) for s in self.sizes)
+
     def support(self, d: int) -> int:
         self._check_d(d)
         return sum(self.inner.support(s) for s in self.sizes)

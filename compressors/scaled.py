@@ -71,6 +71,18 @@ class Scaled(Compressor):
     def delta(self, d: int) -> float:
         return 1.0 / (self.inner.omega(d) + 1.0)
 
+    def bias_variance(self, d: int) -> tuple[float, float]:
+        """EF-BV's ``(eta, omega)``: ``E C(x) = x/(w+1)``, so ``||E C(x) - x|| =
+        (w/(w+1))||x||``, and ``E||C(x) - E C(x)||^2 = E||inner(x) - x||^2/(w+1)^2 <=
+        (w/(w+1)^2)||x||^2``; with ``w = omega(inner)``. Both are exact where the inner ``w``
+        is attained (Rand-K: every ``x``; scaled Rand-K: ``(1 - k/d, (k/d)(1 - k/d))``)."""
+        w = self.inner.omega(d)
+        return w / (w + 1.0), w / (w + 1.0) ** 2
+
+    def bias_variance_exact(self, d: int) -> bool:
+        # eta is exact at every x; omega is the class's own where the inner omega is attained
+        return self.inner.worst_case(d) is not None
+
     def support(self, d: int) -> int:
         return self.inner.support(d)
 

@@ -38,6 +38,10 @@ class ScaledSign(Compressor):
     def delta(self, d: int) -> float:
         return 1.0 / d
 
+    def bias_variance_exact(self, d: int) -> bool:
+        # deterministic, and delta is attained (at worst_case): (sqrt(1 - delta), 0) is exact
+        return True
+
     def bits(self, d: int) -> int:
         return d + self.float_bits
 

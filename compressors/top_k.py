@@ -79,6 +79,10 @@ class TopK(SparseWire, Compressor):
     def delta(self, d: int) -> float:
         return self.k_of(d) / d
 
+    def bias_variance_exact(self, d: int) -> bool:
+        # deterministic, and delta is attained (at worst_case): (sqrt(1 - delta), 0) is exact
+        return True
+
     def support(self, d: int) -> int:
         return self.k_of(d)
 

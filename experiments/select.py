@@ -4,9 +4,14 @@ A group is every run that shares all parameters except ``step_mult`` and ``seed`
 group each multiplier is scored by the mean over its seeds of a per-run value, and the lowest
 score wins (ties go to the smaller multiplier, the safer step):
 
-- ``min_final``: the final value of ``metric`` (a diverged or failed run counts as ``+inf``);
+- ``min_final``: the final value of ``metric`` (a diverged, unstable or failed run counts as
+  ``+inf``);
 - ``bits_to_tol``: the uplink bits per node spent until ``metric <= tol`` first held at a
-  logged iteration (``+inf`` if it never did, or if the run diverged or failed).
+  logged iteration (``+inf`` if it never did, if the run diverged, was unstable or failed, or if
+  after reaching ``tol`` it blew up: its history ends more than 10 times above
+  ``max(best, tol)`` or above its start, :func:`algorithms.stability.verdict`). A run's status
+  ``unstable`` comes from the runner; the history test also catches runs written before the
+  runner had that status.
 
 A winner at either end of the tried multipliers is flagged (``at_edge``): the papers then extend
 the grid, since the true optimum may lie outside it.
@@ -17,6 +22,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from algorithms.stability import verdict
 from experiments.config import Selection
 
 # Columns of a summary table that are results, not parameters: never part of a group key.
@@ -42,7 +48,7 @@ def bits_to_tol(rows: list[dict], metric: str, tol: float) -> float | None:
 
     Returns:
         That row's ``bits_up``, or ``None`` if no row reaches ``tol`` (empty cells and NaN never
-        do).
+        do) or if the history blows up after reaching it (:func:`blew_up`).
 
     Raises:
         ValueError: ``metric`` or ``bits_up`` is not a column of the rows.
@@ -54,8 +60,18 @@ def bits_to_tol(rows: list[dict], metric: str, tol: float) -> float | None:
     for row in rows:
         v = _num(row.get(metric))
         if v is not None and v <= tol:
-            return float(row["bits_up"])
+            return None if blew_up(rows, metric, tol) else float(row["bits_up"])
     return None
+
+
+def blew_up(rows: list[dict], metric: str, tol: float = 0.0) -> bool:
+    """Whether ``metric`` ends unstable: non-finite, above its first value, or more than 10
+    times above ``max(its best, tol)`` (``tol`` is the noise floor: a run that reached the
+    target and stays within 10x of it has not blown up)."""
+    vals = [v for v in (_num(r.get(metric)) for r in rows) if v is not None]
+    if vals and not math.isfinite(vals[-1]):
+        return True
+    return verdict(vals, floor=max(tol, 0.0)) is not None
 
 
 def group_key(params: dict) -> tuple:
@@ -74,7 +90,8 @@ def group_key(params: dict) -> tuple:
 
 
 def run_score(row: dict, selection: Selection) -> float:
-    """One run's value under ``selection`` (``+inf`` for a diverged, failed or missing run)."""
+    """One run's value under ``selection`` (``+inf`` for a diverged, unstable, failed or missing
+    run: only the statuses in ``FINISHED`` score)."""
     if str(row.get("status", "")) not in FINISHED:
         return math.inf
     if selection.rule == "min_final":

@@ -29,25 +29,6 @@ def ef21_pl(L: float, L_tilde: float, alpha: float, mu: float) -> float:
     return min(1.0 / (L + L_tilde * math.sqrt(2.0 * beta / theta)), theta / (2.0 * mu))
 
 
-# ---------------------------------------------------------------- EF21-PP
-def ef21_pp(L: float, L_tilde: float, alpha: float, p: float) -> float:
-    """EF21-PP nonconvex step (Fatkhullin et al. 2021, arXiv 2110.03294, Theorem 7, p. 47) with
-    every node participating with probability ``p``:
-    ``1/(L + sqrt(B_tilde/theta_p))``, ``theta_p = theta p - rho (1-p)``,
-    ``B_tilde = (beta p + (1 + 1/rho)(1-p)) L_tilde^2``, at ``rho = theta p/(2(1-p))`` (so
-    ``theta_p = theta p/2``); ``theta``, ``beta`` at EF21's optimal Young parameter.
-    ``p = 1`` is EF21's Theorem 1 step exactly."""
-    if not 0 < p <= 1:
-        raise ValueError(f"p must be in (0, 1], got {p}")
-    if p == 1:
-        return ef21(L, L_tilde, alpha)
-    theta, beta = ef21_theta_beta(alpha)
-    rho = theta * p / (2.0 * (1.0 - p))
-    theta_p = theta * p - rho * (1.0 - p)
-    B_tilde = (beta * p + (1.0 + 1.0 / rho) * (1.0 - p)) * L_tilde**2
-    return 1.0 / (L + math.sqrt(B_tilde / theta_p))
-
-
 # ---------------------------------------------------------------- 3PC
 def three_pc(L: float, L_tilde: float, A: float, B: float) -> float:
     """3PC nonconvex step for a 3PC(A, B) mechanism: ``1/(L + L_tilde sqrt(B/A))``
@@ -145,8 +126,25 @@ def ef_bv_r(weight: float, eta: float, omega: float) -> float:
     return (1.0 - weight + weight * eta) ** 2 + weight**2 * omega
 
 
+def ef_bv_authors(L: float, L_tilde: float, r: float, r_av: float) -> float:
+    """EF-BV step of Condat, Yi & Richtárik 2022 (arXiv 2205.04180; the authors' code
+    ``WilliamYi96/EF-BV``, e.g. ``Least_squares_PL-setting/compTRk.py``):
+    ``1/(L + L_tilde sqrt(r_av/r)/s*)`` with ``s* = sqrt((1+r)/(2r)) - 1``, used for both the
+    nonconvex and the PL theorems (under PL the Lyapunov function then contracts like
+    ``max(1 - gamma mu, (1+r)/2)^t``). Needs ``r < 1``.
+
+    Computed as ``sqrt(r_av)/(sqrt((1+r)/2) - sqrt(r))``, the same number (multiply ``s*`` by
+    ``sqrt(r)``), which stays defined at ``r = 0`` (identity compressor, ``lam = 1``), where the
+    step is ``1/(L + L_tilde sqrt(2 r_av))`` (``1/L`` when ``r_av = 0`` too).
+    """
+    if not 0 <= r < 1 or r_av < 0:
+        raise ValueError(f"EF-BV needs 0 <= r < 1 and r_av >= 0, got r={r}, r_av={r_av}")
+    return 1.0 / (L + L_tilde * math.sqrt(r_av) / (math.sqrt((1.0 + r) / 2.0) - math.sqrt(r)))
+
+
 def ef_bv(L: float, L_tilde: float, r: float, r_av: float) -> float:
-    """EF-BV nonconvex step ``1/(L + L_tilde sqrt(r_av)/(1 - sqrt(r)))``.
+    """EF-BV nonconvex step ``1/(L + L_tilde sqrt(r_av)/(1 - sqrt(r)))`` (``--ef-step derived``,
+    a deviation from the authors' step :func:`ef_bv_authors`).
 
     Derived for this library (the paper's constants are unverified): with
     ``G = mean_i ||h_i - grad f_i(x)||^2``, ``E||g - grad f||^2 <= r_av G`` and

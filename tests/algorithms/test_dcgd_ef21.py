@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
+from algorithms import stepsizes
 from algorithms.comm import SimulatedComm
 from algorithms.dcgd import DCGD
 from algorithms.ef21 import EF21
@@ -121,3 +124,56 @@ def test_methods_refuse_the_wrong_class_unless_forced(nonconvex):
         EF21.configure(nonconvex, parse_spec("randk"))
     algo, _ = EF21.configure(nonconvex, parse_spec("randk:k=2"), step=0.01, force=True)
     assert algo.gamma == 0.01
+
+
+def test_dcgd_nonconvex_step_depends_on_the_horizon(nonconvex):
+    """Khaled & Richtárik 2020, Thm 2 (theory sheet §2.1): gamma <= 1/L and
+    (1 + L gamma^2 A')^T <= e, with A' = omega L_max / n; the larger T, the smaller the step."""
+    c = parse_spec("randk:k=2")
+    k = nonconvex.consts
+    A = c.omega(nonconvex.d) * k.L_max / nonconvex.n
+    steps = []
+    for T in (10, 1000, 100000):
+        algo, rec = DCGD.configure(nonconvex, c, horizon=T)
+        g = algo.gamma
+        assert rec["theory"]["inputs"]["T"] == T
+        assert g <= 1 / k.L * (1 + 1e-12)
+        assert (1 + k.L * g * g * A) ** T <= math.e * (1 + 1e-9)
+        # the largest such step: one of the two conditions is active
+        assert g == pytest.approx(1 / k.L) or k.L * g * g * A * T == pytest.approx(1.0)
+        steps.append(g)
+    assert steps[0] >= steps[1] > steps[2]
+    with pytest.raises(ValueError, match="horizon"):
+        DCGD.configure(nonconvex, c)  # no T, no theory step
+
+
+def test_dcgd_nonconvex_worked_number():
+    # L = 2, L_max = 3, omega = 4, n = 6: A' = 2, 1/sqrt(L A' T) at T = 100 is 1/20 < 1/L
+    assert stepsizes.dcgd_nonconvex(2.0, 3.0, 4.0, 6, 100) == pytest.approx(0.05)
+    assert stepsizes.dcgd_nonconvex(2.0, 3.0, 4.0, 6, 1) == pytest.approx(0.5)  # 1/L active
+
+
+def test_dcgd_converges_at_the_nonconvex_theory_step(nonconvex):
+    T = 2000
+    algo, _ = DCGD.configure(nonconvex, parse_spec("randk:k=5"), horizon=T)
+    xs, _, _ = trajectory(algo, nonconvex, T)
+    g = [float((nonconvex.full_grad(x) ** 2).sum()) for x in xs]
+    # the theorem bounds min_t ||grad f(x^t)||^2; it falls at least tenfold here
+    assert min(g) <= g[0] / 10
+
+
+def test_runner_fills_the_horizon_from_iters(tmp_path):
+    import json
+
+    from algorithms.run import run
+
+    argv = ["dcgd", "--compressor", "randk:k=2", "--problem", "logreg-nonconvex"]
+    assert run([*argv, "--iters", "30", "--out", str(tmp_path / "a"), "--quiet"]) == 0
+    cfg = json.loads((tmp_path / "a" / "config.json").read_text())
+    assert cfg["step"]["theory"]["inputs"]["T"] == 30
+    assert (
+        run([*argv, "--iters", "30", "--horizon", "7", "--out", str(tmp_path / "b"), "--quiet"])
+        == 0
+    )
+    cfg = json.loads((tmp_path / "b" / "config.json").read_text())
+    assert cfg["step"]["theory"]["inputs"]["T"] == 7

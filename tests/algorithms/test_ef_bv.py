@@ -53,9 +53,15 @@ def test_parameters_from_the_compressor_class(quad):
     # deterministic contractive: eta = sqrt(1 - delta), omega = 0 -> lambda* = nu* = 1 (EF21)
     eta, omega, omega_av = bv_class(parse_spec("topk:k=2"), d, n)
     assert (eta, omega, omega_av) == (math.sqrt(0.8), 0.0, 0.0)
-    algo, _ = EFBV.configure(quad, parse_spec("topk:k=2"))
+    algo, rec = EFBV.configure(quad, parse_spec("topk:k=2"))
     assert (algo.lam, algo.nu) == (1.0, 1.0)
-    assert algo.gamma == pytest.approx(
+    assert rec["theory"]["inputs"]["class_constants"] == "exact"
+    # the authors' step with r = r_av = eta^2 = 0.8, s* = sqrt(1.8/1.6) - 1
+    c = quad.consts
+    s_star = math.sqrt(1.8 / 1.6) - 1
+    assert algo.gamma == pytest.approx(1 / (c.L + c.L_tilde * 1.0 / s_star), rel=1e-12)
+    derived, _ = EFBV.configure(quad, parse_spec("topk:k=2"), step_rule="derived")
+    assert derived.gamma == pytest.approx(
         EF21.configure(quad, parse_spec("topk:k=2"))[0].gamma, rel=1e-12
     )
     # unbiased: eta = 0, lambda* = 1/(1 + omega) (DIANA's), nu* = 1/(1 + omega/n)
@@ -64,12 +70,26 @@ def test_parameters_from_the_compressor_class(quad):
     algo, rec = EFBV.configure(quad, c)
     assert algo.lam == pytest.approx(1 / (1 + w)) and algo.nu == pytest.approx(1 / (1 + w / n))
     assert rec["theory"]["inputs"]["omega_av"] == pytest.approx(w / n)
-    # random contractive: eta = sqrt(1 - delta), omega = 1 - delta
+    # scaled Rand-2 at d = 10: E C(x) = x/5, so eta = 0.8 exactly and the variance is
+    # E||C - x/5||^2 = (1/25) E||RandK(x) - x||^2 = (4/25)||x||^2: omega = 0.16, not the bound
+    # (sqrt(0.8), 0.8) from delta, and lambda* = min(0.2/(0.04 + 0.16), 1) = 1
     eta, omega, _ = bv_class(parse_spec("scaled:randk:k=2"), d, n)
-    assert eta == pytest.approx(math.sqrt(0.8)) and omega == pytest.approx(0.8)
+    assert eta == pytest.approx(0.8) and omega == pytest.approx(0.16)
+    algo, _ = EFBV.configure(quad, parse_spec("scaled:randk:k=2"))
+    assert algo.lam == pytest.approx(1.0)
     # user values are kept
     algo, _ = EFBV.configure(quad, c, lam=0.1, nu=0.5)
     assert (algo.lam, algo.nu) == (0.1, 0.5)
+
+
+def test_authors_step_worked_number():
+    """L = 1, L_tilde = 2, r = 1/4, r_av = 1/16: s* = sqrt(5/2) - 1 = 0.58113883...,
+    sqrt(r_av/r) = 1/2, gamma = 1/(1 + 2 (1/2)/s*) = 0.36754447..."""
+    assert stepsizes.ef_bv_authors(1.0, 2.0, 0.25, 0.0625) == pytest.approx(0.3675444679663, 1e-10)
+    # identity (r = r_av = 0): the limit is 1/L
+    assert stepsizes.ef_bv_authors(1.5, 2.0, 0.0, 0.0) == pytest.approx(1 / 1.5)
+    with pytest.raises(ValueError, match="r < 1"):
+        stepsizes.ef_bv_authors(1.0, 1.0, 1.0, 0.5)
 
 
 def test_derived_step_matches_ef21_at_lambda_nu_one():
@@ -88,10 +108,15 @@ def test_derived_step_matches_ef21_at_lambda_nu_one():
     assert stepsizes.ef_bv_r(lam, 0.0, 4.0) <= min(grid) + 1e-12
 
 
-@pytest.mark.parametrize(("spec", "T"), [("topk:k=2", 1000), ("randk:k=3", 1000)])
-def test_linear_convergence_at_the_derived_step(spec, T, quad):
-    algo, rec = EFBV.configure(quad, parse_spec(spec))
-    assert rec["theory"]["formula"].startswith("min(")
+@pytest.mark.parametrize("rule", ["authors", "derived"])
+@pytest.mark.parametrize(
+    ("spec", "T"), [("topk:k=2", 1000), ("randk:k=3", 1000), ("scaled:randk:k=3", 1000)]
+)
+def test_linear_convergence_at_the_theory_step(spec, T, rule, quad):
+    algo, rec = EFBV.configure(quad, parse_spec(spec), step_rule=rule)
+    assert rec["theory"]["formula"].startswith(
+        "1 / (L + L_tilde sqrt(r_av / r)" if rule == "authors" else "min("
+    )
     states, _, _ = trajectory(algo, quad, T)
     assert float(quad.loss(states[-1].x)) - quad.consts.f_star <= 1e-8
 
@@ -99,7 +124,8 @@ def test_linear_convergence_at_the_derived_step(spec, T, quad):
 @pytest.mark.parametrize("spec", ["topk:k=2", "randk:k=3"])
 def test_nonconvex_gradient_drops_a_hundredfold(spec, nonconvex):
     algo, rec = EFBV.configure(nonconvex, parse_spec(spec))
-    assert rec["theory"]["formula"] == "1 / (L + L_tilde sqrt(r_av) / (1 - sqrt(r)))"
+    assert rec["theory"]["formula"].startswith("1 / (L + L_tilde sqrt(r_av / r) / s*)")
+    assert "authors' code" in rec["theory"]["source"]
     states, _, _ = trajectory(algo, nonconvex, 500)
     g = [float((nonconvex.full_grad(s.x) ** 2).sum()) for s in (states[0], states[-1])]
     assert g[1] <= g[0] / 100
@@ -141,3 +167,12 @@ def test_runner(tmp_path):
     with open(out / "history.csv") as fh:
         rows = list(csv.DictReader(fh))
     assert len(rows) == 51 and float(rows[-1]["G"]) >= 0
+    out2 = tmp_path / "d"
+    assert run([*argv, "--ef-step", "derived", "--out", str(out2), "--quiet", "--iters", "5"]) == 0
+    import json
+
+    cfg = json.loads((out2 / "config.json").read_text())
+    assert "derived" in cfg["step"]["theory"]["source"]
+    with pytest.raises(SystemExit) as exc:  # argparse: exit 2 naming the allowed choices
+        run([*argv, "--ef-step", "bogus", "--out", str(tmp_path / "b"), "--quiet"])
+    assert exc.value.code == 2

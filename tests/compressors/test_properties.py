@@ -216,3 +216,69 @@ def test_expected_bits_of_random_size_payloads():
     assert parse_spec("bernoulli:p=0.25").expected_bits(100) == 1 + 0.25 * 3200
     assert parse_spec("permk:n=10").expected_bits(1000) == 3200
     assert parse_spec("permk:n=8").expected_bits(4) == 32
+
+
+# ---------------------------------------------------------------- EF-BV's class C(eta, omega)
+def _has_class(c: Compressor) -> bool:
+    return c.unbiased or c.contractive
+
+
+def bias_and_variance(c: Compressor, x: torch.Tensor, draws: int, seed: int = 0):
+    """Sample ``||mean C(x) - x||``, its standard error, and per-draw
+    ``||C(x) - mean C(x)||^2 / ||x||^2`` (the variance ratio)."""
+    y, _ = draws_of(c, x, draws, seed)
+    mean = y.mean(dim=0)
+    var = ((y - mean) ** 2).sum(dim=1)
+    nx2 = float((x**2).sum())
+    bias = float(torch.linalg.vector_norm(mean - x))
+    return bias, math.sqrt(float(var.mean()) / draws), var / nx2
+
+
+@pytest.mark.parametrize("c", **pick(_has_class))
+@pytest.mark.parametrize("kind", ["gaussian", "one-hot", "constant", "heavy-tailed", "ramp"])
+def test_declared_bias_variance_pair_holds(c, kind):
+    """||E C(x) - x|| <= eta ||x|| and E||C(x) - E C(x)||^2 <= omega ||x||^2 (Monte Carlo)."""
+    d = 24
+    x = make_vector(kind, d, 3)
+    eta, omega = c.bias_variance(d)
+    assert 0 <= eta <= 1 and omega >= 0
+    bias, se, var_ratios = bias_and_variance(c, x, DRAWS)
+    nx = float(torch.linalg.vector_norm(x))
+    assert bias <= eta * nx + 5 * se + 1e-12 * nx, (bias, eta * nx, se)
+    assert_mc_at_most(var_ratios, omega)
+
+
+@pytest.mark.parametrize(
+    "c",
+    **pick(
+        lambda c: _has_class(c) and c.bias_variance_exact(100) and c.worst_case(100) is not None
+    ),
+)
+def test_declared_bias_variance_pair_is_tight(c):
+    """Where the pair is declared exact, both constants are reached at the worst case."""
+    d = 100
+    x = c.worst_case(d)
+    eta, omega = c.bias_variance(d)
+    bias, se, var_ratios = bias_and_variance(c, x, 20000, seed=7)
+    nx = float(torch.linalg.vector_norm(x))
+    assert bias >= eta * nx - 5 * se - 1e-12 * nx - 0.02 * eta * nx, (bias, eta * nx)
+    assert_mc_at_least(var_ratios, 0.9 * omega)
+
+
+def test_scaled_randk_class_pair_is_exact_and_tighter_than_the_delta_bound():
+    """Scaled Rand-2 at d = 10: (eta, omega) = (0.8, 0.16) at every x, against the bound
+    (sqrt(0.8), 0.8) that delta = 0.2 alone gives."""
+    c = parse_spec("scaled:randk:k=2")
+    assert c.bias_variance(10) == (pytest.approx(0.8), pytest.approx(0.16))
+    assert c.bias_variance_exact(10)
+    for kind in ("gaussian", "heavy-tailed", "one-hot"):
+        x = make_vector(kind, 10, 1)
+        bias, se, var_ratios = bias_and_variance(c, x, 40000, seed=2)
+        nx = float(torch.linalg.vector_norm(x))
+        assert abs(bias - 0.8 * nx) <= 5 * se + 1e-9
+        assert_mc_at_most(var_ratios, 0.16)
+        assert_mc_at_least(var_ratios, 0.16)
+    # the fallback from delta is labelled a bound
+    comp = parse_spec("compose:topk:k=3+qsgd:levels=2")
+    if comp.contractive and not comp.unbiased:
+        assert not comp.bias_variance_exact(24)
