@@ -11,11 +11,13 @@ def all_checks() -> list[Check]:
         contrasts_ef,
         contrasts_vr,
         ef_checks,
+        scaling,
         stepsize_table,
         vr_checks,
     )
 
     modules = (compressor_checks, stepsize_table, ef_checks, vr_checks, contrasts_ef, contrasts_vr)
+    modules += (scaling,)
     checks = [c for m in modules for c in m.CHECKS]
     names = [c.name for c in checks]
     dup = {n for n in names if names.count(n) > 1}

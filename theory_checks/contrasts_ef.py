@@ -17,9 +17,9 @@ from algorithms.dcgd import DCGD
 from algorithms.ef14 import EF14
 from algorithms.ef21 import EF21
 from compressors import parse_spec
-from theory_checks.base import Check, Outcome
+from theory_checks.base import Check, Outcome, Variant
 from theory_checks.ef_checks import pl_ratio
-from theory_checks.ef_instances import G_of, beznosikov, f_gap, run, single_thread
+from theory_checks.ef_instances import G_sent, beznosikov, f_gap, run, single_thread
 
 __all__ = ["CHECKS", "closed_form_error"]
 
@@ -33,12 +33,28 @@ def closed_form_error(xs: list, gamma: float) -> float:
                for k, x in enumerate(xs))  # fmt: skip
 
 
-def _dcgd(fast: bool) -> list[Outcome]:
+V_EF = Variant("with-ef", "other", "EF21 (error feedback) in DCGD's place, same Top-1 and "
+               "step: it converges, so the divergence claim must fail")  # fmt: skip
+V_RANDK = Variant("randk", "other", "DCGD with the unbiased Rand-1 (x d) in place of Top-1: no "
+                  "longer the closed form nor monotone growth")  # fmt: skip
+V_NO_EF = Variant("no-ef", "no-error-feedback", "DCGD with the same Top-1 at the same step in "
+                  "place of the error-feedback method: it diverges")  # fmt: skip
+
+
+def _method(B, g: float, variant: str | None):
+    """DCGD Top-1 at step ``g``, or the variant's method."""
+    if variant == "with-ef":
+        return EF21.configure(B, parse_spec(TOP1), step=g, init_mode="full")[0]
+    spec = "randk:k=1" if variant == "randk" else TOP1
+    return DCGD.configure(B, parse_spec(spec), step=g, force=True)[0]
+
+
+def _dcgd(fast: bool, variant: str | None = None) -> list[Outcome]:
     B = beznosikov()
     pl_step = EF21.configure(B, parse_spec(TOP1))[0].gamma
     out = []
     for g in (1e-4, pl_step, 0.00427, 0.01, 0.1):
-        algo, _ = DCGD.configure(B, parse_spec(TOP1), step=g, force=True)
+        algo = _method(B, g, variant)
         _, xs = run(algo, B, 50, observe=lambda s: s.x.clone())
         err = closed_form_error(xs, g)
         norms = [float(x.norm()) for x in xs]
@@ -52,11 +68,11 @@ def _dcgd(fast: bool) -> list[Outcome]:
                 f"{'increasing' if grows else 'NOT increasing'}",
                 err <= 1e-12 and grows,
                 "1e-12 relative (rounding)",
+                1.0 - err / 1e-12 if grows else -math.inf,
             )
         )
     for g, printed in ((pl_step, 2.5576), (0.01, 4.2959)):
-        algo, _ = DCGD.configure(B, parse_spec(TOP1), step=g, force=True)
-        state, _ = run(algo, B, 50)
+        state, _ = run(_method(B, g, variant), B, 50)
         nrm = float(state.x.norm())
         out.append(
             Outcome(
@@ -66,19 +82,22 @@ def _dcgd(fast: bool) -> list[Outcome]:
                 abs(nrm - printed) <= 5e-5,
                 "+-5e-5 (as printed). Note: 2.5576 is gamma = 0.0042688 (EF21's PL "
                 "step); gamma = 0.00427 gives 2.5579",
+                1.0 - abs(nrm - printed) / 5e-5,
             )
         )
     return out  # fmt: skip
 
 
-def _ef21(fast: bool) -> list[Outcome]:
+def _ef21(fast: bool, variant: str | None = None) -> list[Outcome]:
     B = beznosikov()
     algo, rec = EF21.configure(B, parse_spec(TOP1), init_mode="full")
     th = rec["theory"]["inputs"]["theta"]
     T = 1000 if fast else 3000
+    if variant == "no-ef":
+        algo = DCGD.configure(B, parse_spec(TOP1), step=algo.gamma, force=True)[0]
 
     def obs(s) -> tuple[float, float]:
-        return float(s.x.norm()), f_gap(B, s.x) + algo.gamma / th * G_of(s, B)
+        return float(s.x.norm()), f_gap(B, s.x) + algo.gamma / th * G_sent(s, B, algo.compressor)
 
     _, o = run(algo, B, T, observe=obs)
     nrm = [a for a, _ in o]
@@ -86,7 +105,7 @@ def _ef21(fast: bool) -> list[Outcome]:
     out = [
         Outcome(f"EF21 Top-1, Theorem 2 along the run, T={T}",
                 "Psi^t <= (1 - gamma mu)^t Psi^0 while Psi > 1e-12", f"max ratio {ratio:.4f}",
-                ratio <= 1 + 1e-9, "1e-9 relative"),
+                ratio <= 1 + 1e-9, "1e-9 relative", 1.0 - ratio),
     ]  # fmt: skip
     if not fast:
         out.append(
@@ -96,15 +115,17 @@ def _ef21(fast: bool) -> list[Outcome]:
                 f"{nrm[-1]:.3g}",
                 4.5e-7 <= nrm[-1] < 5.5e-7,
                 "one significant digit, as printed",
+                1.0 - abs(nrm[-1] - 5e-7) / 0.5e-7,
             )
         )
     return out  # fmt: skip
 
 
-def _ef14(fast: bool) -> list[Outcome]:
+def _ef14(fast: bool, variant: str | None = None) -> list[Outcome]:
     B = beznosikov()
     g = EF21.configure(B, parse_spec(TOP1), regime="nonconvex")[0].gamma
-    algo, _ = EF14.configure(B, parse_spec(TOP1), step=g)
+    cls = DCGD if variant == "no-ef" else EF14
+    algo, _ = cls.configure(B, parse_spec(TOP1), step=g, force=True)
     T = 1000 if fast else 3000
     _, nrm = run(algo, B, T, observe=lambda s: float(s.x.norm()))
     a, b = nrm[T // 2], nrm[-1]
@@ -115,6 +136,7 @@ def _ef14(fast: bool) -> list[Outcome]:
             f"||x^(T/2)||/||x^0|| = {a / nrm[0]:.3g}, ||x^T||/||x^(T/2)|| = {b / a:.3g}",
             max(a / nrm[0], b / a) <= 0.1,
             "0.1 (the observed factors are ~0.03)",
+            1.0 - max(a / nrm[0], b / a) / 0.1,
         ),
     ]
     if not fast:
@@ -125,6 +147,7 @@ def _ef14(fast: bool) -> list[Outcome]:
                 f"{b:.3g}",
                 1.5e-9 <= b < 2.5e-9,
                 "one significant digit, as printed",
+                1.0 - abs(b - 2e-9) / 0.5e-9,
             )
         )
     return out  # fmt: skip
@@ -132,9 +155,9 @@ def _ef14(fast: bool) -> list[Outcome]:
 
 CHECKS: list[Check] = [
     Check("contrast.dcgd-topk-diverges", "Beznosikov et al. 2020, arXiv 2002.12410 (example; "
-          "theory sheet §3.7, P2)", single_thread(_dcgd)),
+          "theory sheet §3.7, P2)", single_thread(_dcgd), variants=(V_EF, V_RANDK)),
     Check("contrast.ef21-fixes-topk", "EF21, arXiv 2106.05203, Thm 2 on the arXiv 2002.12410 "
-          "example (sheet P2)", single_thread(_ef21)),
+          "example (sheet P2)", single_thread(_ef21), variants=(V_NO_EF,)),
     Check("contrast.ef14-fixes-topk", "EF14 (Seide et al. 2014) on the arXiv 2002.12410 "
-          "example (sheet P2)", single_thread(_ef14)),
+          "example (sheet P2)", single_thread(_ef14), variants=(V_NO_EF,)),
 ]  # fmt: skip

@@ -1,9 +1,15 @@
 """Contrasts within the unbiased-compression family: DCGD stalls on heterogeneous data where
 DIANA converges (THEORY §3.6, P3/P4); DASHA against MARINA in uplink bits (Tyurin & Richtárik
-2022); the linear speedup in ``n`` of stochastic DIANA's noise floor."""
+2022); the linear speedup in ``n`` of stochastic DIANA's noise floor.
+
+Power (``--power``): DCGD in DIANA's place, DIANA's shift step doubled and the DCGD baseline
+given shifts must fail the plateau contrast; MARINA always synchronising and DASHA with a
+vanishing momentum the bits contrast (the sync rate is compared with the claimed ``p = K/d``);
+nodes sharing one random stream the speedup."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -14,7 +20,7 @@ from algorithms.dcgd import DCGD
 from algorithms.diana import DIANA
 from algorithms.marina import MARINA
 from compressors import parse_spec
-from theory_checks.base import Check, Outcome
+from theory_checks.base import Check, Outcome, Variant
 from theory_checks.vr_problems import (
     MeanSE,
     Z,
@@ -52,14 +58,15 @@ def plateau_outcomes(
     (g1, p1), (g2, p2) = sorted(plateaus.items(), reverse=True)
     out = []
     for g, est in ((g1, p1), (g2, p2)):
-        b = bounds[g]
+        b, lo = bounds[g], est.mean - Z * est.se
         out.append(
             Outcome(
                 f"{setting}, DCGD gamma={g:.4g}",
                 f"stalls: 1e-3 < tail mean ||x-x*||^2 <= 2 gamma omega zeta2/(mu n) = {b:.4g}",
                 f"tail mean {est}",
-                est.mean - Z * est.se > 1e-3 and est.mean - Z * est.se <= b,
+                lo > 1e-3 and lo <= b,
                 f"mean over seeds, {Z:g} s.e.; 1e-3 = far above the float floor",
+                _finite(min(1.0 - lo / b, lo / 1e-3 - 1.0)),
             )
         )
     ratio = p1.mean / p2.mean
@@ -70,36 +77,64 @@ def plateau_outcomes(
             f"{p1.mean:.4g} / {p2.mean:.4g} = {ratio:.3g}",
             2.0 <= ratio <= 8.0,
             "ratio in [2, 8]: the bound is linear in gamma, the plateau only roughly",
+            _finite(min(ratio / 2.0 - 1.0, 1.0 - ratio / 8.0)),
         )
     )
+    hi = diana_err.mean + Z * diana_err.se
     out.append(
         Outcome(
             f"{setting}, DIANA at its theory step",
             "linear convergence to the exact x* (P4: ~1e-29): ||x^T - x*||^2 <= 1e-20",
             f"{diana_err}",
-            diana_err.mean + Z * diana_err.se <= 1e-20,
+            hi <= 1e-20,
             f"mean + {Z:g} s.e.",
+            _finite(1.0 - hi / 1e-20),
         )
     )
     return out
 
 
-def _dcgd_vs_diana(fast: bool) -> list[Outcome]:
+def _finite(m: float) -> float:
+    """A margin, ``-inf`` where the measurement was not a number (a diverged run)."""
+    return m if math.isfinite(m) else -math.inf
+
+
+PLATEAU_VARIANTS = (
+    Variant("diana=dcgd", "no-variance-reduction", "DCGD + RandK at DIANA's step in DIANA's "
+            "place: no shifts, it stalls instead of reaching x*"),
+    Variant("diana-alpha=2/(omega+1)", "wrong-shift", "DIANA with shift step 2/(omega+1): the "
+            "shifts' error does not contract"),
+    Variant("dcgd=diana", "other", "the DCGD baseline given DIANA's shifts (at DCGD's steps): "
+            "no plateau"),
+)  # fmt: skip
+
+
+def _dcgd_vs_diana(fast: bool, variant: str | None = None) -> list[Outcome]:
     p = ridge()
     c, xs, omega = p.consts, p.x_star, 9.0
+    spec = parse_spec("randk:k=2")
     seeds, T = (2, 1200) if fast else (8, 4000)
     d2 = lambda state, info, prob: sq_dist(state.x, xs)  # noqa: E731
     plateaus, bounds = {}, {}
     for mult in (1.0, 0.25):
-        algo, _ = DCGD.configure(p, parse_spec("randk:k=2"), step_mult=mult)
+        algo, _ = DCGD.configure(p, spec, step_mult=mult)
         # The transient (1 - gamma mu)^k must be negligible: the tail starts at 12/(gamma mu).
         T_m = max(T, int(24 / (algo.gamma * c.mu)))
-        tails = [run(algo, p, T_m, s, d2)[1][T_m // 2 :].mean() for s in range(seeds)]
-        plateaus[algo.gamma] = mean_se(tails)
-        bounds[algo.gamma] = 2 * algo.gamma * omega * c.zeta2 / (c.mu * p.n)
-    algo, _ = DIANA.configure(p, parse_spec("randk:k=2"))
+        gamma = algo.gamma
+        if variant == "dcgd=diana":
+            algo, _ = DIANA.configure(p, spec, step=gamma)
+        with np.errstate(all="ignore"):
+            tails = [run(algo, p, T_m, s, d2)[1][T_m // 2 :].mean() for s in range(seeds)]
+        plateaus[gamma] = mean_se(tails)
+        bounds[gamma] = 2 * gamma * omega * c.zeta2 / (c.mu * p.n)
+    algo, _ = DIANA.configure(p, spec)
+    if variant == "diana=dcgd":
+        algo, _ = DCGD.configure(p, spec, step=algo.gamma)
+    elif variant == "diana-alpha=2/(omega+1)":
+        algo = dataclasses.replace(algo, alpha=2.0 / (omega + 1.0))
     T_d = 2000 if fast else 4000
-    diana = mean_se([sq_dist(run(algo, p, T_d, s)[0].x, xs) for s in range(seeds)])
+    with np.errstate(all="ignore"):
+        diana = mean_se([sq_dist(run(algo, p, T_d, s)[0].x, xs) for s in range(seeds)])
     setting = f"ridge §3.6, RandK K=2, x0=0, {seeds} seeds, DIANA T={T_d}"
     return plateau_outcomes(plateaus, bounds, diana, setting)
 
@@ -124,7 +159,15 @@ def bits_to_tolerance(algo, p, tol: float, seed: int, T_max: int) -> tuple[float
     return math.inf, {"rounds": per_round, "syncs": syncs}
 
 
-def _dasha_vs_marina(fast: bool) -> list[Outcome]:
+DASHA_MARINA_VARIANTS = (
+    Variant("marina-p=1", "no-variance-reduction", "MARINA always synchronising (p = 1, "
+            "gradient descent at 1/L): 32 d bits every round"),
+    Variant("dasha-a=0.001", "wrong-shift", "DASHA with momentum a ~ 0: its estimator's error "
+            "accumulates and it does not reach the tolerance"),
+)  # fmt: skip
+
+
+def _dasha_vs_marina(fast: bool, variant: str | None = None) -> list[Outcome]:
     p = logreg_nonconvex(nodes=5, samples=200, features=20)
     d, K = p.d, 2
     spec = parse_spec(f"randk:k={K}")
@@ -135,17 +178,25 @@ def _dasha_vs_marina(fast: bool) -> list[Outcome]:
     bits: dict[str, dict[int, float]] = {"MARINA": {}, "DASHA": {}}
     stats: dict[str, dict] = {}
     gammas: dict[str, float] = {}
+    # The claim is about MARINA with p = K/d: the sync rate is compared with that p.
+    claimed_p = MARINA.configure(p, spec)[0]._p(d)
+    claim_kw = {"MARINA": {}, "DASHA": {"init_mode": "zero"}}
     for name, cls, kw in (("MARINA", MARINA, {}), ("DASHA", DASHA, {"init_mode": "zero"})):
         for mult in mults:
+            if variant == "marina-p=1" and name == "MARINA":
+                kw = {"p": 1.0}
+            elif variant == "dasha-a=0.001" and name == "DASHA":
+                kw = {"init_mode": "zero", "momentum": 1e-3}
             algo, _ = cls.configure(p, spec, step_mult=mult, **kw)
-            res = [bits_to_tolerance(algo, p, tol, s, T_max) for s in range(seeds)]
+            with np.errstate(all="ignore"):
+                res = [bits_to_tolerance(algo, p, tol, s, T_max) for s in range(seeds)]
             bits[name][mult] = float(np.mean([b for b, _ in res]))
             if mult == 1:
-                gammas[name] = algo.gamma
+                gammas[name] = cls.configure(p, spec, **claim_kw[name])[0].gamma
                 stats[name] = {
                     "rounds": [r for _, st in res for r in st["rounds"]],
                     "syncs": sum(st["syncs"] for _, st in res),
-                    "p": algo._p(d) if name == "MARINA" else None,
+                    "p": claimed_p if name == "MARINA" else None,
                 }
     out = []
     # (1) what is sent: DASHA only compressed vectors; MARINA 32 d on a sync (probability p).
@@ -159,6 +210,7 @@ def _dasha_vs_marina(fast: bool) -> list[Outcome]:
             f"per-round uplink min {q_bits:g}, max {dasha_max:g} bits; init sent nothing",
             dasha_max == q_bits < 32 * d,
             "exact (bit ledger)",
+            (32 * d - dasha_max) / (32 * d) if dasha_max == q_bits else -1.0,
         )
     )
     m_rounds = np.asarray(stats["MARINA"]["rounds"], dtype=float)
@@ -175,6 +227,7 @@ def _dasha_vs_marina(fast: bool) -> list[Outcome]:
             abs(frac - pm) <= Z * se + 1e-12
             and int(np.sum(m_rounds == 32 * d)) == stats["MARINA"]["syncs"],
             f"binomial, {Z:g} s.e.",
+            1.0 - abs(frac - pm) / (Z * se + 1e-12),
         )
     )
     # (2) theory: the same order of communication complexity O(d/(eps sqrt(n))). Bits to a
@@ -193,6 +246,7 @@ def _dasha_vs_marina(fast: bool) -> list[Outcome]:
             f"{bits['DASHA'][1]:.4g} / {bits['MARINA'][1]:.4g} = {r:.3g}",
             r_th / 2 <= r <= 2 * r_th,
             "within a factor 2 of the ratio of the theorems' constants",
+            _finite(min(2.0 * r / r_th - 1.0, 1.0 - r / (2.0 * r_th))),
         )
     )
     # (3) the paper's experiments: steps tuned over 2^j multiples of the theory step.
@@ -205,6 +259,7 @@ def _dasha_vs_marina(fast: bool) -> list[Outcome]:
             f"{best['MARINA'][1]:.4g} bits (x{best['MARINA'][0]})",
             best["DASHA"][1] <= best["MARINA"][1],
             f"mean over {seeds} seeds; divergence or {T_max} rounds = inf",
+            _finite(1.0 - best["DASHA"][1] / best["MARINA"][1]),
         )
     )
     return out
@@ -226,10 +281,49 @@ def speedup_outcome(f1: MeanSE, f4: MeanSE, setting: str, tol: float = 1.0 / 3.0
         ok,
         f"tol {tol:.3g}: x-dependent noise (minibatch and compression of g_i - h_i away from x*) "
         "raises the small-n floor a little",
+        _finite(
+            min(
+                r * (1 + tol) / 4 - 1,
+                1 - r / (4 * (1 + tol)),
+                lo * (1 + 2 * tol) / 4 - 1,
+                1 - hi / (4 * (1 + 2 * tol)),
+            )
+        ),
     )
 
 
-def _diana_speedup(fast: bool) -> list[Outcome]:
+class SharedNoiseComm(SimulatedComm):
+    """A broken comm for the checks: every node draws from the same stream (the minibatch
+    indices and the compressors' draws are common to all nodes), so the noise of identical
+    nodes does not average out."""
+
+    def rng(self, t: int, shared: bool = False, tag: int = 0):
+        return super().rng(t, shared=True, tag=tag)
+
+
+SPEEDUP_VARIANTS = (
+    Variant(
+        "shared-noise",
+        "other",
+        "the nodes' randomness not independent (one stream for "
+        "all): the floor does not fall with n",
+    ),
+)
+
+
+def _run_tail(algo, q, T: int, burn: int, seed: int, comm_cls) -> float:
+    xs = q.x_star
+    comm = comm_cls(q.n, seed=seed)
+    state = algo.init(q.x0, q, comm)
+    vals = []
+    for k in range(T):
+        state, _ = algo.step(state, q, comm)
+        if k + 1 >= burn:
+            vals.append(sq_dist(state.x, xs))
+    return float(np.mean(vals))
+
+
+def _diana_speedup(fast: bool, variant: str | None = None) -> list[Outcome]:
     p10 = ridge()
     base, _ = DIANA.configure(p10, parse_spec("randk:k=2"), batch_size=5)
     gamma = base.gamma / 4
@@ -237,10 +331,9 @@ def _diana_speedup(fast: bool) -> list[Outcome]:
     floors = []
     for copies in (1, 4):
         q = ridge(copies=copies)
-        xs = q.x_star
         algo, _ = DIANA.configure(q, parse_spec("randk:k=2"), batch_size=5, step=gamma)
-        d2 = lambda state, info, prob, xs=xs: sq_dist(state.x, xs)  # noqa: E731
-        floors.append(mean_se([run(algo, q, T, s, d2)[1][burn:].mean() for s in range(seeds)]))
+        comm_cls = SharedNoiseComm if variant == "shared-noise" else SimulatedComm
+        floors.append(mean_se([_run_tail(algo, q, T, burn, s, comm_cls) for s in range(seeds)]))
     setting = (
         f"ridge §3.6 with n=10 and its nodes x4 (n=40, same per-node data), RandK K=2, "
         f"minibatch 5 of 30, gamma = theory(n=10)/4 = {gamma:.4g} for both, tail {burn}..{T}"
@@ -250,9 +343,9 @@ def _diana_speedup(fast: bool) -> list[Outcome]:
 
 CHECKS = [
     Check("contrast.dcgd-vs-diana-plateau", DCGD_PAPER, single_threaded(_dcgd_vs_diana),
-          fast=True),
+          fast=True, variants=PLATEAU_VARIANTS),
     Check("contrast.dasha-vs-marina-bits", DASHA_MARINA_PAPER, single_threaded(_dasha_vs_marina),
-          fast=True),
+          fast=True, variants=DASHA_MARINA_VARIANTS),
     Check("contrast.diana-linear-speedup", DIANA_SPEEDUP_PAPER, single_threaded(_diana_speedup),
-          fast=False),
+          fast=False, variants=SPEEDUP_VARIANTS),
 ]  # fmt: skip

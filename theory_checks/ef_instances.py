@@ -7,10 +7,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
 
 from algorithms.comm import SimulatedComm
 from problems.instances import BEZ_A, beznosikov, heterogeneous_ridge
+from problems.least_squares import LeastSquares
 from theory_checks.base import single_threaded
 
 __all__ = [
@@ -20,7 +22,9 @@ __all__ = [
     "heterogeneous_ridge",
     "run",
     "G_of",
+    "G_sent",
     "single_thread",
+    "tight_quadratic",
 ]
 
 
@@ -54,3 +58,46 @@ def run(
         if observe:
             obs.append(observe(state))
     return state, obs
+
+
+def tight_quadratic(bottom: bool = False) -> LeastSquares:
+    """A quadratic on which the descent-lemma part of the EF21/3PC proofs is exact.
+
+    ``n = 2``, ``d = 4``, ``f_i(x) = (1/2)(x - c_i)^T diag(h_i) (x - c_i)`` (least squares with
+    ``A_i = 2 diag(sqrt(h_i))``, ``m_i = 4``) with ``h_1 = (12, 3, 2, 1)``,
+    ``h_2 = (8, 5, 2, 1)``: ``H = diag(10, 4, 2, 1)``, ``L = 10``, ``L_i = (12, 8)``; the start
+    is ``x^0 = x* + e_1``, the top eigenvector. With an exact compressor (Top-``d``,
+    ``alpha = 1``: ``theta = 1``, ``beta = 0``) EF21 is gradient descent at ``gamma = 1/L``,
+    for which ``f(x^+) = f(x) - (gamma/2)||grad f(x)||^2`` holds with equality: the nonconvex
+    bound and the one-step Lyapunov inequality are then tight, and any ``c/L``, ``c > 1``,
+    breaks them.
+
+    With ``bottom``: ``h_1 = (12, 9, 7, 6)``, ``h_2 = (8, 7, 5, 4)``, so ``H = diag(10, 8, 6,
+    5)``, ``mu = L/2`` and the PL step ``min(1/L, theta/(2 mu))`` is ``1/L`` from both terms;
+    ``x^0 = x* + e_1 + e_4``. A step ``c/L`` keeps the top mode at ``(1 - c)^2`` per step
+    against the rate ``1 - c/2``: the PL theorem's bound fails for every ``c > 1.5``."""
+    if bottom:
+        h = np.array([[12.0, 9.0, 7.0, 6.0], [8.0, 7.0, 5.0, 4.0]])
+    else:
+        h = np.array([[12.0, 3.0, 2.0, 1.0], [8.0, 5.0, 2.0, 1.0]])
+    c = np.array([[1.0, -2.0, 0.5, 3.0], [-1.0, 1.0, 2.5, -1.0]])
+    A = np.concatenate([2.0 * np.diag(np.sqrt(hi)) for hi in h])
+    b = np.concatenate([2.0 * np.sqrt(hi) * ci for hi, ci in zip(h, c, strict=True)])
+    P = LeastSquares(A, b, np.full(2, 4), lam=0.0, x0="zeros")
+    e = torch.zeros(4, dtype=P.x0.dtype)
+    e[0] = 1.0
+    e[3] = 1.0 if bottom else 0.0
+    P.x0 = P.x_star + e
+    return P
+
+
+def G_sent(state: Any, problem: Any, compressor: Any) -> float:
+    """``G`` of a state: :func:`G_of` for a method with estimators ``g_i``; for one without
+    (DCGD), the error of what it sends at ``x``, ``(1/n) sum_i ||C(grad f_i(x)) - grad f_i(x)||^2``
+    (its ``g_i`` is ``C(grad f_i(x))``)."""
+    if hasattr(state, "g_i"):
+        return G_of(state, problem)
+    g = problem.grad(state.x)
+    comm = SimulatedComm(problem.n, seed=0)
+    c = compressor.decode(compressor.encode(g, comm.rng_for(compressor, state.t)))
+    return float(((c - g) ** 2).sum(dim=1).mean())

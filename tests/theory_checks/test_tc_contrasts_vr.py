@@ -1,19 +1,39 @@
-"""The fast subset of :mod:`theory_checks.contrasts_vr`, and checks that its verdict functions
-can fail (a plateau above the bound, DIANA not converged, a wrong speedup)."""
+"""The variants :mod:`theory_checks.contrasts_vr` names (the fast checks' power is run by
+test_tc_power.py, the slow speedup check's here under ``slow``), and checks that its verdict
+functions can fail (a plateau above the bound, DIANA not converged, a wrong speedup) and that
+the broken comm shares one stream."""
 
 from __future__ import annotations
 
 import pytest
+import torch
 
+from algorithms.comm import SimulatedComm
 from theory_checks import contrasts_vr
+from theory_checks.base import run_power
 from theory_checks.vr_problems import MeanSE
 
 
-@pytest.mark.parametrize("chk", [c for c in contrasts_vr.CHECKS if c.fast], ids=lambda c: c.name)
-def test_fast_checks_pass(chk):
-    outcomes = chk.fn(True)
-    assert outcomes
-    assert all(o.passed for o in outcomes), [o for o in outcomes if not o.passed]
+def test_checks_name_variants():
+    """Power itself is run for every fast check by tests/theory_checks/test_tc_power.py."""
+    kinds = {c.name: {v.kind for v in c.variants} for c in contrasts_vr.CHECKS}
+    assert {"no-variance-reduction", "wrong-shift"} <= kinds["contrast.dcgd-vs-diana-plateau"]
+    assert {"no-variance-reduction", "wrong-shift"} <= kinds["contrast.dasha-vs-marina-bits"]
+    assert kinds["contrast.diana-linear-speedup"] == {"other"}
+
+
+@pytest.mark.slow
+def test_speedup_check_rejects_shared_noise():
+    rows = run_power(contrasts_vr.CHECKS[2], False)
+    assert [r.verdict for r in rows] == ["pass", "rejected"], rows
+
+
+def test_shared_noise_comm_gives_every_node_the_same_stream():
+    good, bad = SimulatedComm(4, seed=0), contrasts_vr.SharedNoiseComm(4, seed=0)
+    u = good.rng(3, tag=1).uniform(5)
+    assert not torch.allclose(u[0], u[1])
+    v = bad.rng(3, tag=1).uniform(5)
+    assert all(torch.allclose(v[0], v[i]) for i in range(1, 4))
 
 
 def _plateaus(high: float, low: float, diana: float) -> list[bool]:

@@ -28,13 +28,49 @@ def test_nonconvex_bound_fails_with_a_wrong_gamma():
 
 def test_descent_check_flags_an_increase():
     f, gn2, G = [1.0, 1.0, 1.2], [0.1, 0.1, 0.1], [0.0, 0.0, 0.0]
-    bad, worst = ec.descent_violations(f, gn2, G, 0.0, gamma=0.1, A=1.0)
-    assert bad == 2 and worst > 0  # 1.0 > 1 - 0.005 and 1.2 > 1.0 - 0.005
-    bad, _ = ec.descent_violations([1.0, 0.9], [0.1, 0.1], [0.0, 0.0], 0.0, gamma=0.1, A=1.0)
+    bad, worst, made = ec.descent_violations(f, gn2, G, 0.0, gamma=0.1, A=1.0)
+    assert bad == 2 and worst > 0 and made == 2  # 1.0 > 1 - 0.005 and 1.2 > 1.0 - 0.005
+    bad, _, _ = ec.descent_violations([1.0, 0.9], [0.1, 0.1], [0.0, 0.0], 0.0, gamma=0.1, A=1.0)
     assert bad == 0
     # the G term counts with weight gamma/(2A): a growing G breaks descent
-    bad, _ = ec.descent_violations([1.0, 0.9], [0.1, 0.1], [0.0, 10.0], 0.0, gamma=0.1, A=1.0)
+    bad, _, _ = ec.descent_violations([1.0, 0.9], [0.1, 0.1], [0.0, 10.0], 0.0, gamma=0.1,
+                                      A=1.0)  # fmt: skip
     assert bad == 1
+    # steps at the float floor (Phi^t <= 1e-20 Phi^0) are not compared
+    bad, _, made = ec.descent_violations([1.0, 1e-25, 2e-25], [0.0] * 3, [0.0] * 3, 0.0, 0.1, 1.0)
+    assert bad == 0 and made == 1
+
+
+def test_tight_quadratic_is_exact_at_one_over_L():
+    """GD at 1/L from x* + e_1 reaches x* in one step: the nonconvex bound holds with equality,
+    and 1.01/L breaks it (what the step-too-large variant relies on)."""
+    r = ec._trajectory("tight", "EF21", 4, "full", True)
+    lhs, rhs = ec.nonconvex_bound(r["gn2"][:-1], r["f"][0], 0.0, r["gamma"], 0.0, 1.0)
+    assert lhs == pytest.approx(rhs, rel=1e-9)
+    r = ec._trajectory("tight", "EF21", 4, "full", True, variant="step-x1.01")
+    lhs, rhs = ec.nonconvex_bound(r["gn2"][:-1], r["f"][0], 0.0, r["gamma"], 0.0, 1.0)
+    assert lhs / rhs == pytest.approx(1 / (2 - 1.01), rel=1e-6)
+
+
+def test_worst_inputs_make_the_three_point_inequality_exact():
+    import math
+
+    import torch
+
+    from algorithms import three_pc_mechanisms as mech
+    from algorithms.comm import SimulatedComm
+    from compressors import parse_spec
+
+    d, alpha = 10, 0.2
+    C = parse_spec("topk:k=2")
+    r = math.sqrt(1 - alpha)
+    A, B = 1 - r, (1 - alpha) / (1 - r)
+    h, y, x = ec.worst_inputs("ef21", A, B, alpha, 1.0, d)
+    ctx = mech.Ctx(C, None, 1.0, None, "ef21", SimulatedComm(1, seed=0), 0)
+    lhs = float(((mech.ef21(h, y, x, ctx).g_i - x) ** 2).sum())
+    rhs = (1 - A) * float(((h - y) ** 2).sum()) + B * float(((x - y) ** 2).sum())
+    assert lhs == pytest.approx(rhs, rel=1e-12)
+    assert isinstance(h, torch.Tensor)
 
 
 def test_pl_ratio_fails_with_a_wrong_mu():

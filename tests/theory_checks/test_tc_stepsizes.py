@@ -1,6 +1,9 @@
-"""The step-size table (theory_checks.stepsize_table): fast checks pass, a wrong formula fails."""
+"""The step-size table (theory_checks.stepsize_table): fast checks pass; the theorem conditions
+reject a step that is too large or too small, and a worked number a wrong value."""
 
 from __future__ import annotations
+
+import math
 
 import pytest
 
@@ -14,17 +17,33 @@ def test_fast_checks_pass(chk):
     assert all(o.passed for o in outcomes), [o for o in outcomes if not o.passed]
 
 
-def test_compare_rejects_a_wrong_step():
-    gamma = st._gamma("ef21", st.TOPK, st.table_problem(mu=None, convex=False))
-    assert st.compare("right", gamma, st._ef21_nc(), "EF21 Thm 1").passed
-    # the PL step, or the NC step at the wrong alpha, is not EF21's Theorem 1 step
-    assert not st.compare("PL instead", gamma, st._ef21_pl(), "EF21 Thm 1").passed
-    assert not st.compare("wrong alpha", gamma, st._ef21_nc(a=0.2), "EF21 Thm 1").passed
-    assert not st.compare("1e-9 off", 1.0 + 1e-9, 1.0, "one").passed
+def test_quad_condition_accepts_the_papers_step_and_rejects_others():
+    a, b = 2.0, 300.0
+    paper = 1.0 / (a + math.sqrt(b))
+    root = 2.0 / (a + math.sqrt(a * a + 4.0 * b))
+    assert st.quad_condition("paper", paper, a, b, "-").passed
+    assert st.quad_condition("root", root, a, b, "-").passed
+    assert not st.quad_condition("too large", 1.01 * root, a, b, "-").passed
+    assert not st.quad_condition("too small", 0.7 * root, a, b, "-").passed
+    assert not st.quad_condition("over the cap", paper, a, b, "-", cap=0.5 * paper).passed
 
 
-def test_hand_formulas_reproduce_the_sheet_numbers():
-    theta, beta = st._tb(0.1)
-    assert abs((beta / theta) ** 0.5 - 18.4868) < 5e-5
-    assert abs(st._ef21_pl(1 / 3, 103 / 6, 34.5, 7 / 6) - 0.0042688) < 5e-8
-    assert abs(st._ef21_nc(1 / 3, 103 / 6, 34.5) - 0.0058591) < 5e-8
+def test_ef21_condition_optimises_young_and_rejects_wrong_alpha():
+    # EF21 Thm 1's closed form (optimal s) meets the condition; with alpha in place of theta
+    # (beta/theta ~ 2/alpha^2 replaced by a smaller ratio) the step is too large.
+    alpha = 0.1
+    r = math.sqrt(1 - alpha)
+    theta, beta = 1 - r, (1 - alpha) / (1 - r)
+    good = 1.0 / (2.0 + 3.0 * math.sqrt(beta / theta))
+    assert st.ef21_condition("good", good, alpha, 2.0, 3.0).passed
+    wrong = 1.0 / (2.0 + 3.0 * math.sqrt(beta / alpha))
+    assert not st.ef21_condition("alpha for theta", wrong, alpha, 2.0, 3.0).passed
+    pl = min(1.0 / (2.0 + 3.0 * math.sqrt(2 * beta / theta)), theta / (2 * 0.5))
+    assert st.ef21_condition("pl", pl, alpha, 2.0, 3.0, mu=0.5).passed
+    assert not st.ef21_condition("pl, alpha/(2 mu)", alpha / (2 * 0.5), alpha, 2.0, 3.0,
+                                 mu=0.5).passed  # fmt: skip
+
+
+def test_compare_rejects_a_wrong_number():
+    assert st.compare("ok", 0.0058591211, 0.0058591, "P15", rel=1e-5).passed
+    assert not st.compare("off", 0.0059, 0.0058591, "P15", rel=1e-5).passed

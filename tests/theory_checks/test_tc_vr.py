@@ -1,22 +1,41 @@
-"""The fast subset of :mod:`theory_checks.vr_checks`, and checks that the verdict functions
-can fail (a wrong rate, a too small bound, no decrease with the horizon)."""
+"""The variants :mod:`theory_checks.vr_checks` names (their power is run by test_tc_power.py),
+checks that the verdict functions can fail (a wrong rate, a too small bound, no decrease with
+the horizon, a diverged run) and that the tight instances are what their docstrings say."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
+import torch
 
+from algorithms.comm import SimulatedComm
 from algorithms.diana import DIANA
 from compressors import parse_spec
 from theory_checks import vr_checks
-from theory_checks.vr_problems import MeanSE, one_thread, ridge, run, sq_dist
+from theory_checks.vr_problems import (
+    MeanSE,
+    disjoint_quadratic,
+    one_thread,
+    ridge,
+    ridge_top_start,
+    run,
+    scaled_ridge,
+    sq_dist,
+)
 
 
-@pytest.mark.parametrize("chk", [c for c in vr_checks.CHECKS if c.fast], ids=lambda c: c.name)
-def test_fast_checks_pass(chk):
-    outcomes = chk.fn(True)
-    assert outcomes
-    assert all(o.passed for o in outcomes), [o for o in outcomes if not o.passed]
+def test_checks_name_the_variants_the_issue_asks_for():
+    """Power itself (the correct method passes, each variant is rejected) is run for every fast
+    check by tests/theory_checks/test_tc_power.py; here: the kinds each check must reject."""
+    kinds = {c.name: {v.kind for v in c.variants} for c in vr_checks.CHECKS}
+    assert kinds["ridge.constants"] == {"wrong-constant"}
+    assert {"step-too-large", "wrong-shift"} <= kinds["diana.strongly-convex-lyapunov"]
+    assert kinds["marina.nonconvex-bound"] == {"no-variance-reduction"}
+    assert {"no-variance-reduction", "wrong-shift"} <= kinds["dasha.nonconvex-bound"]
+    assert kinds["comp-ams.sqrt-t-rate"] == {"no-amsgrad"}
+    assert all(c.fast for c in vr_checks.CHECKS)
 
 
 def _diana_lyapunov(T: int = 200, seeds: int = 2) -> tuple[np.ndarray, float]:
@@ -67,3 +86,47 @@ def test_rate_ratio_check_rejects_no_decrease_with_the_horizon():
     a1, a2 = MeanSE(0.01, 1e-4, 5), MeanSE(0.004, 1e-4, 5)
     assert vr_checks.rate_ratio_outcome(a1, a2, 100, 400, 0.25, "s").passed
     assert not vr_checks.rate_ratio_outcome(a1, MeanSE(0.008, 1e-4, 5), 100, 400, 0.25, "s").passed
+
+
+def test_one_step_outcome_can_fail():
+    ok = vr_checks.one_step_outcome(1.0, np.full(50, 0.9), 0.95, "s")
+    assert ok.passed and ok.margin == pytest.approx(1.0)
+    short = vr_checks.one_step_outcome(1.0, np.full(50, 0.97), 0.95, "s")
+    assert not short.passed and short.margin == pytest.approx(-0.4)
+
+
+def test_bound_and_rate_outcomes_fail_on_divergence():
+    inf = MeanSE(math.inf, math.nan, 3)
+    assert not vr_checks.nonconvex_bound_outcome(inf, 1.0, "s", "b").passed
+    assert not vr_checks.rate_ratio_outcome(inf, inf, 100, 400, 0.25, "s").passed
+    assert not vr_checks.rate_ratio_outcome(MeanSE(1.0, 0.0, 3), inf, 100, 400, 0.25, "s").passed
+
+
+def test_disjoint_quadratic_is_the_tight_instance():
+    q = disjoint_quadratic()
+    c = q.consts
+    assert c.L == pytest.approx(0.1) and c.mu == pytest.approx(0.1)
+    assert c.L_max == pytest.approx(1.0)
+    x = q.x_star + torch.randn(q.d, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    diff = q.grad(x) - q.grad(q.x_star)
+    # ||grad f_i(x) - grad f_i(x*)||^2 = L_max <x - x*, H_i (x - x*)> for every node
+    quad = (diff * (x - q.x_star)).sum(1)
+    assert torch.allclose((diff**2).sum(1), c.L_max * quad)
+
+
+def test_ridge_top_start_makes_the_descent_lemma_an_equality():
+    p, x0 = ridge_top_start()
+    g = p.full_grad(x0)
+    L = p.consts.L
+    drop = float(p.loss(x0) - p.loss(x0 - g / L))
+    assert drop == pytest.approx(float((g**2).sum()) / (2 * L), rel=1e-9)
+
+
+def test_comp_ams_without_normalisation_steps_by_eta_m():
+    p = scaled_ridge(1.0)
+    algo = vr_checks.CompAMSNoNorm(compressor=parse_spec("topk:k=2").bind(p.n), gamma=0.01)
+    comm = SimulatedComm(p.n, seed=0)
+    state = algo.init(p.x0, p, comm)
+    new, _ = algo.step(state, p, comm)
+    assert torch.allclose(new.x, state.x - 0.01 * new.m)
+    assert new.v_hat.abs().sum() > 0  # AMSGrad's moments still tracked, only not applied
