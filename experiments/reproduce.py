@@ -2,36 +2,55 @@
 
 A reproduction is a folder ``experiments/papers/NAME/`` with
 
-* ``config.toml``: a sweep config (see :mod:`experiments.config`) plus three tables of its own:
-  ``[claim]`` (``order``: method labels whose best-multiplier bits-to-tolerance must be strictly
-  increasing along the list; ``statement``: the paper's claim in one line; optional ``metric`` and
-  ``tol``, by default those of ``[select]``), ``[quick]`` (overrides for a small version that
-  tests and the golden record use: subtables ``base``, ``grid``, ``select`` and ``claim`` are
-  merged key by key, ``methods`` and ``name`` replace) and ``[data]`` (``offline``: base flags
-  for the data set used when no ``--dataset`` is given; ``file``: base flags added when one is,
-  absent where the problem generates its own data and ``--dataset`` is refused);
-* ``README.md``: the paper's claim with its citation, the setting used here and how it differs;
-* ``golden.json``: what the quick version gave when it was recorded (per method: best multiplier,
-  bits to tolerance, final metric), the tolerance a rerun is held to and the claimed order.
+* ``config.toml``: a sweep config (see :mod:`experiments.config`) plus tables of its own:
+
+  - ``[claim]``: ``statement`` (the paper's claim in one line), ``tol`` (on ``metric``, default
+    ``grad_norm_sq``), ``bits`` (``"exclude-initial"``: uplink bits counted from iteration 1, the
+    initial full gradients not charged, as the papers' plots do; ``"include-initial"``: charged),
+    ``seeds`` (how seeds are combined, only ``"median"``) and ``kind``:
+    ``"order"`` (``order``: method labels whose bits to tolerance must be strictly increasing
+    along the list), ``"beats"`` (each of ``winners`` strictly below ``baseline``) or
+    ``"heatmap"`` (one method over a grid of ``rows`` x ``cols`` cells;
+    ``base_col`` is the column of the first baseline, ``base_row`` the row of the second: the
+    claim is that a cell outside both needs strictly fewer bits than every baseline cell);
+  - ``[quick]``: overrides for the small version that the slow tests and the golden record use
+    (subtables ``base``, ``grid``, ``select``, ``claim`` and ``data`` are merged key by key,
+    ``methods`` and ``name`` replace);
+  - ``[data]``: ``libsvm`` (names of LIBSVM sets, swept as a grid over ``--dataset``; read from
+    ``$COMPZOO_LIBSVM_DIR``, else ``../shared/data/libsvm`` beside the repository; when a file
+    is missing the reproduction is skipped with a message), or nothing for generated problems;
+* ``README.md``: the paper's claim with its citation, the setting, the rule, and what was found;
+* ``golden.json``: what the quick version gave when it was recorded;
+* ``results.json``: the verdict of the last full run, with its date, command and wall time
+  (written by ``--record``; ``--list`` shows it).
+
+Selection across seeds (``seeds = "median"``): a run's value is its uplink bits per node until
+``metric <= tol`` first held at a logged iteration (``inf`` if never, or if the run did not end
+normally: diverged, unstable, failed); for each setting, method and multiplier the value is the
+median over seeds (``inf`` when half or more of the seeds never get there); the best multiplier
+has the smallest median (ties: the smaller multiplier). The verdict reports that median with the
+smallest and largest value over the seeds and how many seeds reached the tolerance.
 
 The command runs the sweep (:func:`experiments.sweep.run_sweep`) into ``OUT`` (default
-``runs/reproduce/NAME``, with ``-quick`` and the data set's name appended when they apply, so
-that different versions never share a resumable folder), draws ``OUT/figure.png`` (and ``.pdf``:
-the claim's metric against uplink bits, best multiplier per method), writes ``OUT/verdict.json``
-and prints the verdict table. A method that never reaches the tolerance counts as needing
-infinitely many bits, so two such methods can never be strictly ordered.
+``runs/reproduce/NAME``, with ``-quick`` and the data set's name appended when they apply),
+draws ``OUT/figure.png`` (and ``.pdf``), writes ``OUT/verdict.json`` and prints the verdict.
 
-Exit status: 0 the claim holds, 1 it fails (a legitimate finding, not an error), 2 bad input.
+Exit status: 0 the claim holds, or the data is absent (skipped, with a message); 1 it fails (a
+legitimate finding, not an error); 2 bad input.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import csv
+import datetime
 import json
 import logging
 import math
 import os
+import shlex
+import statistics
 import sys
 import time
 from dataclasses import dataclass
@@ -45,17 +64,28 @@ except ModuleNotFoundError:  # Python 3.10: the same parser as a package
 
 log = logging.getLogger("compzoo.reproduce")
 
+ROOT = Path(__file__).resolve().parents[1]
 PAPERS = Path(__file__).resolve().with_name("papers")
+LIBSVM_ENV = "COMPZOO_LIBSVM_DIR"
 EXIT_HOLDS, EXIT_FAILS, EXIT_BAD_INPUT = 0, 1, 2
 OWN_TABLES = ("claim", "quick", "data")
-QUICK_MERGED = ("base", "grid", "select", "claim")
+QUICK_MERGED = ("base", "grid", "select", "claim", "data")
 QUICK_REPLACED = ("name", "methods")
-CLAIM_KEYS = ("order", "statement", "metric", "tol")
-DATA_KEYS = ("offline", "file")
+CLAIM_KEYS = (
+    "kind", "order", "statement", "metric", "tol", "bits", "seeds",
+    "rows", "cols", "base_row", "base_col", "winners", "baseline",
+)  # fmt: skip
+KINDS = ("order", "beats", "heatmap")
+BITS = ("exclude-initial", "include-initial")
+DATA_KEYS = ("libsvm",)
+FINISHED = ("completed", "tolerance", "max_bits")
 # A method's step given as this string is resolved here to the problem's 1/L (gradient descent's
-# step): DCGD has no theoretical step for a biased compressor, and 1/L keeps its multipliers
-# meaningful across data sets.
+# step): DCGD has no theoretical step for a biased compressor.
 STEP_ONE_OVER_L = "1/L"
+
+
+class DataMissing(Exception):
+    """The reproduction's data files are not on this machine (the run is skipped)."""
 
 
 @dataclass(frozen=True)
@@ -63,16 +93,27 @@ class Claim:
     """What a reproduction checks.
 
     Attributes:
-        order: method labels, fewest bits to tolerance first.
-        statement: the paper's claim in one line (for the verdict table).
+        kind: ``"order"``, ``"beats"`` or ``"heatmap"``.
+        statement: the paper's claim in one line.
         metric: the history column compared with ``tol``.
         tol: the tolerance on ``metric``.
+        bits: ``"exclude-initial"`` or ``"include-initial"`` (the initial full gradients).
+        order: for ``order``: method labels, fewest bits to tolerance first; for ``beats``:
+            the winners followed by the baseline.
+        rows, cols: for ``heatmap``: the two grid keys spanning the cells.
+        base_row, base_col: for ``heatmap``: the baselines' row and column values.
     """
 
-    order: tuple[str, ...]
+    kind: str
     statement: str
     metric: str
     tol: float
+    bits: str
+    order: tuple[str, ...] = ()
+    rows: str = ""
+    cols: str = ""
+    base_row: Any = None
+    base_col: Any = None
 
 
 @dataclass(frozen=True)
@@ -94,6 +135,12 @@ def available() -> list[str]:
     return sorted(p.name for p in PAPERS.iterdir() if (p / "config.toml").is_file())
 
 
+def libsvm_dir() -> Path:
+    """Where the LIBSVM sets are read: ``$COMPZOO_LIBSVM_DIR`` or ``../shared/data/libsvm``."""
+    env = os.environ.get(LIBSVM_ENV)
+    return Path(env) if env else ROOT.parent / "shared" / "data" / "libsvm"
+
+
 def _apply_quick(raw: dict, quick: dict, name: str) -> dict:
     unknown = sorted(set(quick) - set(QUICK_MERGED) - set(QUICK_REPLACED))
     if unknown:
@@ -113,30 +160,45 @@ def _apply_quick(raw: dict, quick: dict, name: str) -> dict:
 
 
 def dataset_spec(dataset: str) -> str:
-    """The runner's ``--dataset`` for the user's: an existing file path becomes ``libsvm:PATH``."""
+    """The runner's ``--dataset`` for the user's: a file path (or the name of a set in
+    :func:`libsvm_dir`, e.g. ``mushrooms``) becomes ``libsvm:PATH``."""
     if not isinstance(dataset, str) or not dataset:
         raise ValueError(f"--dataset must be a non-empty string, got {dataset!r}")
     if ":" not in dataset and Path(dataset).is_file():
         return f"libsvm:{Path(dataset).resolve()}"
+    named = libsvm_dir() / f"{dataset}.txt"
+    if ":" not in dataset and "/" not in dataset and named.is_file():
+        return f"libsvm:{named.resolve()}"
     if dataset.startswith("libsvm:") and not Path(dataset[len("libsvm:") :]).is_file():
         raise ValueError(f"--dataset {dataset!r}: file not found")
     return dataset
 
 
-def _resolve_steps(sweep: dict) -> None:
-    """Replace a method's ``step = "1/L"`` by the number for this sweep's problem.
+def _libsvm_specs(names: Any, name: str) -> list[str]:
+    if not isinstance(names, list) or not names or not all(isinstance(s, str) for s in names):
+        raise ValueError(f"{name}: [data].libsvm must list LIBSVM set names, got {names!r}")
+    folder = libsvm_dir()
+    missing = [s for s in names if not (folder / f"{s}.txt").is_file()]
+    if missing:
+        raise DataMissing(
+            f"{name}: skipped: the LIBSVM set(s) {', '.join(missing)} are not in {folder} "
+            f"(set {LIBSVM_ENV} to the folder holding NAME.txt)"
+        )
+    return [f"libsvm:{(folder / f'{s}.txt').resolve()}" for s in names]
 
-    The runner's own resolution is used: DCGD with the identity compressor has the theoretical
-    step ``1 / (L + 0)``, so the problem is built exactly as the runs will build it.
-    """
+
+def _resolve_steps(sweep: dict) -> None:
+    """Replace a method's ``step = "1/L"`` by the number for this sweep's problem."""
     wanted = [m for m in sweep.get("methods", []) if m.get("step") == STEP_ONE_OVER_L]
     if not wanted:
         return
+    if "dataset" in sweep.get("grid", {}):
+        raise ValueError('step = "1/L" needs one data set, not a grid over datasets')
     from algorithms.run import build_parser, configure
 
     argv = ["dcgd", "--compressor", "identity"]
     for key, val in sweep.get("base", {}).items():
-        if key in ("compressor", "step", "step_mult", "iters"):
+        if key in ("compressor", "step", "step_mult", "iters", "tol", "log_every"):
             continue
         flag = "--" + key.replace("_", "-")
         for v in val if isinstance(val, list) else [val]:
@@ -150,17 +212,65 @@ def _resolve_steps(sweep: dict) -> None:
         m["step"] = float(f"{gamma:.12g}")
 
 
+def _claim(raw: Any, name: str, labels: list[str], select: dict) -> Claim:
+    if not isinstance(raw, dict):
+        raise ValueError(f"{name}: config.toml needs a [claim] table")
+    unknown = sorted(set(raw) - set(CLAIM_KEYS))
+    if unknown:
+        raise ValueError(f"{name}: unknown [claim] key(s) {unknown}; allowed: {CLAIM_KEYS}")
+    kind = raw.get("kind", "order")
+    if kind not in KINDS:
+        raise ValueError(f"{name}: [claim].kind must be one of {KINDS}, got {kind!r}")
+    bits = raw.get("bits")
+    if bits not in BITS:
+        raise ValueError(f"{name}: [claim].bits must be one of {BITS} (stated before running)")
+    if raw.get("seeds", "median") != "median":
+        raise ValueError(f"{name}: [claim].seeds must be 'median', got {raw.get('seeds')!r}")
+    metric = str(raw.get("metric", select.get("metric", "grad_norm_sq")))
+    tol = raw.get("tol", select.get("tol"))
+    if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not tol > 0:
+        raise ValueError(f"{name}: the claim needs a tolerance > 0 ([claim] tol), got {tol!r}")
+    common = {"statement": str(raw.get("statement", "")), "metric": metric, "tol": float(tol)}
+    if kind == "beats":
+        winners, baseline = raw.get("winners"), raw.get("baseline")
+        if not isinstance(winners, list) or not winners or baseline is None:
+            raise ValueError(f"{name}: a 'beats' claim needs [claim].winners and .baseline")
+        raw = {**raw, "order": [*winners, baseline]}
+    if kind in ("order", "beats"):
+        order = raw.get("order")
+        if (
+            not isinstance(order, list)
+            or len(order) < 2
+            or not all(isinstance(o, str) for o in order)
+        ):
+            raise ValueError(f"{name}: [claim].order must list two or more labels, got {order!r}")
+        missing = [o for o in order if o not in labels]
+        if missing:
+            raise ValueError(f"{name}: [claim].order names {missing}, not among methods {labels}")
+        return Claim(kind, bits=bits, order=tuple(order), **common)
+    for key in ("rows", "cols", "base_row", "base_col"):
+        if key not in raw:
+            raise ValueError(f"{name}: a heatmap claim needs [claim].{key}")
+    if len(labels) != 1:
+        raise ValueError(f"{name}: a heatmap claim sweeps one method, got {labels}")
+    return Claim(
+        "heatmap", bits=bits, rows=str(raw["rows"]), cols=str(raw["cols"]),
+        base_row=raw["base_row"], base_col=raw["base_col"], **common,
+    )  # fmt: skip
+
+
 def load_paper(name: str, quick: bool = False, dataset: str | None = None) -> Paper:
     """Read ``experiments/papers/NAME/config.toml`` into a sweep config and a claim.
 
     Args:
         name: a reproduction's folder name (see :func:`available`).
         quick: apply the ``[quick]`` overrides (the version tests and golden.json use).
-        dataset: a data set for the runner (``libsvm:PATH``, a file path, or a runner name);
-            None uses the config's ``[data].offline`` set, which needs nothing outside the repo.
+        dataset: one data set for the runner (``libsvm:PATH`` or a file path) instead of the
+            config's ``[data].libsvm`` sets.
 
     Raises:
         ValueError: unknown NAME (naming the available ones) or a malformed config.
+        DataMissing: a LIBSVM set of the config is not on this machine.
     """
     names = available()
     if name not in names:
@@ -168,45 +278,29 @@ def load_paper(name: str, quick: bool = False, dataset: str | None = None) -> Pa
     folder = PAPERS / name
     with open(folder / "config.toml", "rb") as fh:
         raw = tomllib.load(fh)
-    quick_over = raw.get("quick", {})
     if quick:
-        raw = _apply_quick(raw, quick_over, name)
-    claim_raw = raw.get("claim")
-    if not isinstance(claim_raw, dict) or "order" not in claim_raw:
-        raise ValueError(f"{name}: config.toml needs a [claim] table with an 'order' list")
-    unknown = sorted(set(claim_raw) - set(CLAIM_KEYS))
-    if unknown:
-        raise ValueError(f"{name}: unknown [claim] key(s) {unknown}; allowed: {CLAIM_KEYS}")
+        raw = _apply_quick(raw, raw.get("quick", {}), name)
     data = raw.get("data", {})
     unknown = sorted(set(data) - set(DATA_KEYS))
     if unknown:
         raise ValueError(f"{name}: unknown [data] key(s) {unknown}; allowed: {DATA_KEYS}")
     sweep = copy.deepcopy({k: v for k, v in raw.items() if k not in OWN_TABLES})
-    base = sweep.setdefault("base", {})
-    if dataset is None:
-        base.update(data.get("offline", {}))
-    elif "file" not in data:
-        raise ValueError(f"{name}: takes no --dataset (its config has no [data].file)")
-    else:
-        base.update(data["file"])
-        base["dataset"] = dataset_spec(dataset)
-    select = sweep.get("select", {})
-    order = claim_raw["order"]
-    if not isinstance(order, list) or len(order) < 2 or not all(isinstance(o, str) for o in order):
-        raise ValueError(f"{name}: [claim].order must list two or more labels, got {order!r}")
     labels = [m.get("label", m.get("algorithm")) for m in sweep.get("methods", [])]
-    missing = [o for o in order if o not in labels]
-    if missing:
-        raise ValueError(f"{name}: [claim].order names {missing}, not among the methods {labels}")
-    metric = claim_raw.get("metric", select.get("metric", "grad_norm_sq"))
-    tol = claim_raw.get("tol", select.get("tol"))
-    if not isinstance(tol, (int, float)) or not tol > 0:
-        raise ValueError(f"{name}: the claim needs a tolerance > 0 ([claim] or [select] tol)")
-    # The claim is about bits to tolerance at the best multiplier, so the best multiplier is the
-    # one that minimises exactly that.
-    sweep["select"] = {"rule": "bits_to_tol", "metric": str(metric), "tol": float(tol)}
+    claim = _claim(raw.get("claim"), name, labels, sweep.get("select", {}))
+    base = sweep.setdefault("base", {})
+    grid = sweep.setdefault("grid", {})
+    if dataset is not None:
+        if "libsvm" not in data:
+            raise ValueError(f"{name}: takes no --dataset (its problem generates its own data)")
+        base["dataset"] = dataset_spec(dataset)
+    elif "libsvm" in data:
+        grid["dataset"] = _libsvm_specs(data["libsvm"], name)
+    # The runner stops a run once the claim's tolerance is met: bits to tolerance are decided.
+    base.setdefault("tol", claim.tol)
+    if claim.metric in ("grad_norm_sq", "f_gap"):
+        base.setdefault("tol_on", claim.metric)
+    sweep["select"] = {"rule": "bits_to_tol", "metric": claim.metric, "tol": claim.tol}
     _resolve_steps(sweep)
-    claim = Claim(tuple(order), str(claim_raw.get("statement", "")), str(metric), float(tol))
     return Paper(name, folder, sweep, claim, quick, dataset)
 
 
@@ -230,85 +324,216 @@ def _num(v: Any) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def evaluate(
-    best_rows: list[dict], summary_rows: list[dict], paper: Paper, grid_keys: list[str]
-) -> dict[str, Any]:
-    """The claim against the best-multiplier rows of a sweep (``experiments.select.best``).
-
-    Rows are grouped into settings by the swept parameters that are not the method's own (e.g.
-    the compressor when several are swept); the claim must hold in every setting.
+def run_bits(history: list[dict], status: str, claim: Claim) -> float:
+    """One run's bits to tolerance under the claim's convention (``inf``: never, or bad end).
 
     Args:
-        best_rows: one row per group, with the params, ``step_mult``, ``value`` (the mean
-            bits to tolerance over seeds, ``inf`` if never) and ``run_ids``.
-        summary_rows: the sweep's ``summary.csv`` rows (for the winners' final metric).
+        history: the run's ``history.csv`` rows, iteration 0 first.
+        status: the run's stop reason; anything but a normal end counts as never.
+        claim: gives ``metric``, ``tol`` and the bit convention.
+    """
+    if status not in FINISHED or not history:
+        return math.inf
+    offset = (_num(history[0].get("bits_up")) or 0.0) if claim.bits == "exclude-initial" else 0.0
+    for row in history:
+        v = _num(row.get(claim.metric))
+        if v is not None and v <= claim.tol:
+            return float(row["bits_up"]) - offset
+    return math.inf
+
+
+def _median(values: list[float]) -> float:
+    """The median, with ``inf`` entries (never reached) sorting last."""
+    return float(statistics.median(sorted(values)))
+
+
+def _label(v: Any) -> str:
+    s = str(v)
+    return Path(s.removeprefix("libsvm:")).stem if s.startswith("libsvm:") else s
+
+
+def aggregate(rows: list[dict], paper: Paper, grid_keys: list[str]) -> list[dict]:
+    """Per setting and method: the best multiplier by median bits over seeds.
+
+    Args:
+        rows: one per run: the run's params plus ``bits`` (see :func:`run_bits`).
         paper: the reproduction.
         grid_keys: the sweep's grid keys.
 
     Returns:
-        ``{"holds": bool, "settings": [{"setting": {...}, "holds": bool, "methods": [...]}]}``,
-        each method ``{"label", "step_mult", "bits_to_tol" (None: never), "final"}`` where
-        ``final`` is the winner's final metric, mean over its seeds.
+        One dict per (setting, method): ``setting`` (the grid values other than the method's
+        own, the multiplier and the seed), ``label``, ``step_mult``, ``bits_to_tol`` (the
+        median; None: never), ``bits_min``/``bits_max`` over the seeds (None: some never),
+        ``reached`` (seeds that got there) and ``seeds``.
     """
     method_keys = {"algorithm", "label"}
     for m in paper.sweep.get("methods", []):
         method_keys |= {k.replace("-", "_") for k in m}
     setting_keys = [k for k in grid_keys if k not in method_keys | {"step_mult", "seed"}]
-    metric = paper.claim.metric
-    by_id = {str(r.get("run_id")): r for r in summary_rows}
-    settings: dict[tuple, dict[str, Any]] = {}
-    for row in best_rows:
-        label = row.get("label") or row.get("algorithm")
-        if label not in paper.claim.order:
-            continue
+    groups: dict[tuple, dict[float, list[float]]] = {}
+    meta: dict[tuple, tuple[dict, str]] = {}
+    for row in rows:
+        label = str(row.get("label") or row.get("algorithm"))
         setting = {k: row.get(k) for k in setting_keys}
-        key = tuple(sorted((k, str(v)) for k, v in setting.items()))
-        entry = settings.setdefault(key, {"setting": setting, "methods": {}})
-        if label in entry["methods"]:
-            raise ValueError(f"{paper.name}: two best rows for {label!r} in setting {setting}")
-        finals = [
-            _num(by_id.get(rid, {}).get(metric)) for rid in str(row.get("run_ids", "")).split(";")
-        ]
-        finals = [f for f in finals if f is not None]
-        entry["methods"][label] = {
-            "label": label,
-            "step_mult": _num(row.get("step_mult")),
-            "bits_to_tol": _num(row.get("value")),
-            "final": sum(finals) / len(finals) if finals else None,
-        }
+        key = (tuple(sorted((k, str(v)) for k, v in setting.items())), label)
+        meta.setdefault(key, (setting, label))
+        groups.setdefault(key, {}).setdefault(float(row["step_mult"]), []).append(row["bits"])
+    out = []
+    for key, by_mult in groups.items():
+        setting, label = meta[key]
+        scored = sorted((_median(v), m) for m, v in by_mult.items())
+        value, mult = scored[0]
+        runs = by_mult[mult]
+        finite = [b for b in runs if math.isfinite(b)]
+        out.append(
+            {
+                "setting": setting,
+                "label": label,
+                "step_mult": mult if math.isfinite(value) else None,
+                "bits_to_tol": value if math.isfinite(value) else None,
+                "bits_min": min(runs) if finite and math.isfinite(min(runs)) else None,
+                "bits_max": max(runs) if len(finite) == len(runs) else None,
+                "reached": len(finite),
+                "seeds": len(runs),
+                "mults": sorted(by_mult),
+            }
+        )
+    return out
+
+
+def _bits(m: dict | None) -> float:
+    return math.inf if m is None or m["bits_to_tol"] is None else m["bits_to_tol"]
+
+
+def evaluate(cells: list[dict], paper: Paper) -> dict[str, Any]:
+    """The claim against the aggregated rows (:func:`aggregate`).
+
+    ``order``: per setting (e.g. data set), the methods' median bits must be strictly increasing
+    along ``order`` (never reached counts as infinite, so two such methods never order).
+    ``beats``: per setting, each winner's median bits strictly below the baseline's.
+    ``heatmap``: per setting other than the two heatmap keys, the best cell outside the baseline
+    row and column must need strictly fewer bits than every baseline cell.
+
+    Returns:
+        ``{"holds": bool, "settings": [{"setting", "holds", "methods" or "cells", ...}]}``.
+    """
+    claim = paper.claim
+    hm = claim.kind == "heatmap"
+    drop = {claim.rows, claim.cols} if hm else set()
+    settings: dict[tuple, dict[str, Any]] = {}
+    for c in cells:
+        outer = {k: v for k, v in c["setting"].items() if k not in drop}
+        key = tuple(sorted((k, str(v)) for k, v in outer.items()))
+        settings.setdefault(key, {"setting": outer, "cells": []})["cells"].append(c)
     out = []
     for key in sorted(settings):
         entry = settings[key]
+        if hm:
+            out.append(_heatmap_verdict(entry["setting"], entry["cells"], claim))
+            continue
+        by_label = {c["label"]: c for c in entry["cells"]}
         methods = []
-        for label in paper.claim.order:
-            methods.append(
-                entry["methods"].get(
-                    label, {"label": label, "step_mult": None, "bits_to_tol": None, "final": None}
-                )
-            )
-        bits = [math.inf if m["bits_to_tol"] is None else m["bits_to_tol"] for m in methods]
-        holds = all(a < b for a, b in zip(bits, bits[1:], strict=False))
+        for label in claim.order:
+            c = by_label.get(label)
+            methods.append(_public(c) if c else {"label": label, "bits_to_tol": None})
+        bits = [_bits(m) for m in methods]
+        if claim.kind == "beats":
+            holds = all(b < bits[-1] for b in bits[:-1])
+        else:
+            holds = all(a < b for a, b in zip(bits, bits[1:], strict=False))
         out.append({"setting": entry["setting"], "holds": holds, "methods": methods})
     return {"holds": bool(out) and all(s["holds"] for s in out), "settings": out}
 
 
+def _public(c: dict) -> dict:
+    keep = ("label", "step_mult", "bits_to_tol", "bits_min", "bits_max", "reached", "seeds")
+    return {k: c.get(k) for k in keep}
+
+
+def _heatmap_verdict(setting: dict, cells: list[dict], claim: Claim) -> dict:
+    def is_row(c):
+        return str(c["setting"].get(claim.rows)) == str(claim.base_row)
+
+    def is_col(c):
+        return _num(c["setting"].get(claim.cols)) == _num(claim.base_col)
+
+    table = [
+        {claim.rows: c["setting"].get(claim.rows), claim.cols: c["setting"].get(claim.cols),
+         **_public(c)}
+        for c in cells
+    ]  # fmt: skip
+    inner = [c for c in cells if not is_row(c) and not is_col(c)]
+    col_best = min((_bits(c) for c in cells if is_col(c)), default=math.inf)
+    row_best = min((_bits(c) for c in cells if is_row(c)), default=math.inf)
+    best = min(inner, key=_bits, default=None)
+    best_bits = _bits(best)
+    holds = math.isfinite(best_bits) and best_bits < col_best and best_bits < row_best
+    return {
+        "setting": setting,
+        "holds": holds,
+        "best": None if best is None else {
+            claim.rows: best["setting"].get(claim.rows),
+            claim.cols: best["setting"].get(claim.cols), **_public(best),
+        },
+        "baseline_col_best": None if math.isinf(col_best) else col_best,
+        "baseline_row_best": None if math.isinf(row_best) else row_best,
+        "cells": table,
+    }  # fmt: skip
+
+
+def _fmt_bits(v: Any) -> str:
+    return "never" if v is None else f"{v:.6g}"
+
+
+def _spread(m: dict) -> str:
+    lo, hi = m.get("bits_min"), m.get("bits_max")
+    seeds, reached = m.get("seeds"), m.get("reached")
+    if not seeds:
+        return "-"
+    rng = f"{_fmt_bits(lo)}..{_fmt_bits(hi)}" if seeds > 1 and reached else ""
+    return f"{rng} ({reached}/{seeds} seeds)".strip()
+
+
 def verdict_table(verdict: dict[str, Any]) -> str:
-    """The verdict as a plain-text table: method, best multiplier, bits to tol, holds/fails."""
+    """The verdict as plain text: per setting, each method (or cell) and whether it holds."""
     lines = []
     if verdict.get("statement"):
         lines.append(f"claim: {verdict['statement']}")
-    lines.append(
-        f"order: {' < '.join(verdict['order'])} (bits to {verdict['metric']} <= {verdict['tol']:g})"
-    )
+    what = f"bits to {verdict['metric']} <= {verdict['tol']:g}, {verdict['bits']}"
+    if verdict["kind"] == "order":
+        lines.append(f"order: {' < '.join(verdict['order'])} ({what}; median over seeds)")
+    elif verdict["kind"] == "beats":
+        *win, base = verdict["order"]
+        lines.append(f"each of {', '.join(win)} < {base} ({what}; median over seeds)")
+    else:
+        lines.append(f"heatmap: a cell off the baselines beats them ({what}; median over seeds)")
+    if verdict.get("dataset"):
+        lines.append(f"data: {_label(verdict['dataset'])}")
     for s in verdict["settings"]:
-        setting = ", ".join(f"{k}={v}" for k, v in s["setting"].items())
+        setting = ", ".join(f"{k}={_label(v)}" for k, v in s["setting"].items())
         lines.append(f"[{setting or 'all runs'}]  {'holds' if s['holds'] else 'FAILS'}")
-        lines.append(f"  {'method':<14}{'best mult':>11}{'bits to tol':>15}{'final':>13}")
-        for m in s["methods"]:
-            mult = "-" if m["step_mult"] is None else f"{m['step_mult']:g}"
-            bits = "never" if m["bits_to_tol"] is None else f"{m['bits_to_tol']:.6g}"
-            final = "-" if m["final"] is None else f"{m['final']:.3e}"
-            lines.append(f"  {m['label']:<14}{mult:>11}{bits:>15}{final:>13}")
+        if verdict["kind"] != "heatmap":
+            lines.append(f"  {'method':<12}{'best mult':>11}{'median bits':>14}  spread")
+            for m in s["methods"]:
+                mult = "-" if m.get("step_mult") is None else f"{m['step_mult']:g}"
+                lines.append(
+                    f"  {m['label']:<12}{mult:>11}{_fmt_bits(m['bits_to_tol']):>14}  {_spread(m)}"
+                )
+        else:
+            rows, cols = verdict["rows"], verdict["cols"]
+            lines.append(f"  {rows:<20}{cols:>8}{'best mult':>11}{'median bits':>14}")
+            for c in s["cells"]:
+                mult = "-" if c.get("step_mult") is None else f"{c['step_mult']:g}"
+                lines.append(
+                    f"  {str(c[rows]):<20}{c[cols]!s:>8}{mult:>11}{_fmt_bits(c['bits_to_tol']):>14}"
+                )
+            b = s["best"] or {}
+            lines.append(
+                f"  best off-baseline cell: {b.get(rows)} / {cols}={b.get(cols)}: "
+                f"{_fmt_bits(b.get('bits_to_tol'))}; best {cols}={verdict['base_col']}: "
+                f"{_fmt_bits(s['baseline_col_best'])}; best {rows}={verdict['base_row']}: "
+                f"{_fmt_bits(s['baseline_row_best'])}"
+            )
     lines.append(f"verdict: the claim {'holds' if verdict['holds'] else 'FAILS'}")
     return "\n".join(lines)
 
@@ -328,19 +553,17 @@ def reproduce(
         out: the sweep folder (default :func:`default_out`); a finished run in it is reused.
         jobs: runs at once.
         quick: the ``[quick]`` version.
-        dataset: a data set instead of the offline default (see :func:`load_paper`).
+        dataset: one data set instead of the config's (see :func:`load_paper`).
         progress: show the sweep's progress bar.
 
     Returns:
-        The verdict (also written to ``OUT/verdict.json``): the claim's order, metric and tol,
-        the sweep's wall time and, per setting, each method's best multiplier, bits to
-        tolerance (None: never reached) and final metric, and whether the claim holds.
+        The verdict (also written to ``OUT/verdict.json``).
 
     Raises:
         ValueError: unknown ``name``, a malformed config or a data set the config refuses.
+        DataMissing: the config's LIBSVM sets are not on this machine.
     """
     from experiments.config import Selection, load_config
-    from experiments.select import best
     from experiments.sweep import run_sweep
 
     paper = load_paper(name, quick=quick, dataset=dataset)
@@ -349,27 +572,40 @@ def reproduce(
     t0 = time.perf_counter()
     run_sweep(cfg, out, jobs=jobs, progress=progress)
     seconds = time.perf_counter() - t0
-    rows = _read_csv(out / "summary.csv")
-    selection = Selection(rule="bits_to_tol", metric=paper.claim.metric, tol=paper.claim.tol)
-    best_rows = best(rows, selection)
-    verdict = evaluate(best_rows, rows, paper, list(cfg.grid))
+    rows = []
+    for spec in cfg.runs():
+        run_dir = out / "runs" / spec.run_id
+        status = _status(run_dir)
+        rows.append({**spec.params, "bits": run_bits(_read_csv(run_dir / "history.csv"),
+                                                     status, paper.claim)})  # fmt: skip
+    cells = aggregate(rows, paper, list(cfg.grid))
+    claim = paper.claim
     verdict = {
         "name": paper.name,
         "quick": quick,
-        "dataset": paper.sweep.get("base", {}).get("dataset"),
-        "statement": paper.claim.statement,
-        "order": list(paper.claim.order),
-        "metric": paper.claim.metric,
-        "tol": paper.claim.tol,
+        "dataset": paper.sweep["base"].get("dataset"),
+        "kind": claim.kind,
+        "statement": claim.statement,
+        "order": list(claim.order),
+        "rows": claim.rows,
+        "cols": claim.cols,
+        "base_row": claim.base_row,
+        "base_col": claim.base_col,
+        "metric": claim.metric,
+        "tol": claim.tol,
+        "bits": claim.bits,
+        "seed_rule": "median over seeds of bits to tol (never/diverged = inf)",
         "runs": len(rows),
         "sweep_seconds": round(seconds, 2),
-        **verdict,
+        **evaluate(cells, paper),
     }
+    verdict = json.loads(json.dumps(verdict))  # plain JSON types (tuples of grid values: lists)
     from experiments.plot import plot
 
+    selection = Selection(rule="bits_to_tol", metric=claim.metric, tol=claim.tol)
     title = f"{paper.name}{' (quick)' if quick else ''}"
     fig = plot(
-        [out], x="bits", y=paper.claim.metric, out=out / "figure.png", select=selection, title=title
+        [out], x="bits", y=claim.metric, out=out / "figure.png", select=selection, title=title
     )
     import matplotlib.pyplot as plt
 
@@ -378,9 +614,16 @@ def reproduce(
     return verdict
 
 
-def _read_csv(path: Path) -> list[dict]:
-    import csv
+def _status(run_dir: Path) -> str:
+    try:
+        return str(json.loads((run_dir / "summary.json").read_text()).get("reason", "completed"))
+    except (OSError, ValueError, AttributeError):
+        return "failed"
 
+
+def _read_csv(path: Path) -> list[dict]:
+    if not path.is_file():
+        return []
     with open(path, newline="") as fh:
         return list(csv.DictReader(fh))
 
@@ -394,14 +637,9 @@ GOLDEN_REL_TOL = 0.05
 
 def golden_record(verdict: dict[str, Any]) -> dict[str, Any]:
     """The golden record of a quick verdict (see the module docstring)."""
+    keep = ("name", "quick", "kind", "metric", "tol", "bits", "order", "holds", "settings")
     return {
-        "name": verdict["name"],
-        "quick": verdict["quick"],
-        "dataset": verdict["dataset"],
-        "metric": verdict["metric"],
-        "tol": verdict["tol"],
-        "order": verdict["order"],
-        "holds": verdict["holds"],
+        **{k: verdict[k] for k in keep},
         "tolerance": {
             "bits_to_tol_rel": GOLDEN_REL_TOL,
             "why": (
@@ -411,24 +649,31 @@ def golden_record(verdict: dict[str, Any]) -> dict[str, Any]:
                 "between methods that the claim is about"
             ),
         },
-        "settings": [
-            {
-                "setting": s["setting"],
-                "holds": s["holds"],
-                "methods": s["methods"],
-                "ranking": ranking(s["methods"]),
-            }
-            for s in verdict["settings"]
-        ],
     }
+
+
+def results_record(
+    verdict: dict[str, Any], argv: list[str], previous: dict[str, Any] | None
+) -> dict[str, Any]:
+    """What ``--record`` writes to ``experiments/papers/NAME/results.json``.
+
+    One entry per data set run on its own (``--dataset``), or ``"all"`` for the config's sets
+    together; an entry replaces the one of the same key and keeps the others.
+    """
+    dataset = verdict.get("dataset")
+    key = "all" if dataset is None else _label(dataset)
+    runs = dict((previous or {}).get("runs", {}))
+    runs[key] = {
+        "recorded": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "command": "python -m experiments.reproduce " + shlex.join(argv),
+        "verdict": verdict,
+    }
+    return {"runs": dict(sorted(runs.items()))}
 
 
 def ranking(methods: list[dict]) -> list[str]:
     """Labels by bits to tolerance, fewest first (never reached: last, in claim order)."""
-    keyed = [
-        (math.inf if m["bits_to_tol"] is None else m["bits_to_tol"], i, m["label"])
-        for i, m in enumerate(methods)
-    ]
+    keyed = [(_bits(m), i, m["label"]) for i, m in enumerate(methods)]
     return [label for _, _, label in sorted(keyed)]
 
 
@@ -438,21 +683,38 @@ def build_parser() -> argparse.ArgumentParser:
         description="Rerun a paper's experiment, draw its figure and check its claim.",
     )
     ap.add_argument("name", nargs="?", help="a reproduction (see --list)")
-    ap.add_argument("--list", action="store_true", help="list the reproductions")
+    ap.add_argument("--list", action="store_true", help="list the reproductions and verdicts")
     ap.add_argument("--out", default=None, help="output folder (default runs/reproduce/NAME)")
-    ap.add_argument(
-        "--jobs", type=int, default=os.cpu_count() or 1, help="runs in parallel (default: CPUs)"
-    )
+    ap.add_argument("--jobs", type=int, default=1, help="runs in parallel (default 1)")
     ap.add_argument("--quick", action="store_true", help="the small version (tests, golden)")
     ap.add_argument(
-        "--dataset",
-        default=None,
-        help="a LIBSVM file (PATH or libsvm:PATH) or a runner data set; default: offline set",
+        "--dataset", default=None, help="one LIBSVM file (PATH or libsvm:PATH) instead of the sets"
     )
     ap.add_argument("--quiet", action="store_true", help="no progress output")
     ap.add_argument("--write-golden", action="store_true", help="record golden.json (with --quick)")
+    ap.add_argument("--record", action="store_true", help="record results.json (full version)")
     ap.add_argument("--force", action="store_true", help="let --write-golden overwrite")
     return ap
+
+
+def recorded(name: str) -> dict[str, Any] | None:
+    """The reproduction's ``results.json``, or None if there is none (or it is unreadable)."""
+    try:
+        data = json.loads((PAPERS / name / "results.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and isinstance(data.get("runs"), dict) else None
+
+
+def _summary_line(verdict: dict[str, Any]) -> str:
+    parts = []
+    for s in verdict.get("settings", []):
+        names = [_label(v) for v in s["setting"].values()]
+        if verdict.get("dataset"):
+            names.insert(0, _label(verdict["dataset"]))
+        where = ", ".join(names)
+        parts.append(f"{where or 'all'}: {'holds' if s['holds'] else 'FAILS'}")
+    return "; ".join(parts)
 
 
 def _listing() -> str:
@@ -461,13 +723,31 @@ def _listing() -> str:
         try:
             claim = load_paper(name).claim
             lines.append(f"{name:<18}{claim.statement}")
+        except DataMissing as exc:
+            lines.append(f"{name:<18}({exc})")
         except (ValueError, OSError, tomllib.TOMLDecodeError) as exc:
             lines.append(f"{name:<18}(broken config: {exc})")
+        rec = recorded(name)
+        if rec is None or not rec["runs"]:
+            try:
+                gold = json.loads((PAPERS / name / "golden.json").read_text())
+                quick = f"; quick version only: {'holds' if gold.get('holds') else 'FAILS'}"
+            except (OSError, ValueError):
+                quick = ""
+            lines.append(f"{'':<18}verdict: no full run recorded (no results.json){quick}")
+            continue
+        for entry in rec["runs"].values():
+            v = entry.get("verdict", {})
+            lines.append(
+                f"{'':<18}verdict: {'holds' if v.get('holds') else 'FAILS'} "
+                f"({_summary_line(v)}); {v.get('runs')} runs, recorded {entry.get('recorded')}"
+            )
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The command line; returns the exit status (0 holds, 1 fails, 2 bad input)."""
+    """The command line; returns the exit status (0 holds or skipped, 1 fails, 2 bad input)."""
+    argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
     if args.list:
         sys.stdout.write(_listing())
@@ -484,13 +764,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.write_golden:
         if not args.quick or args.dataset is not None:
             sys.stderr.write(
-                "error: --write-golden records the quick offline version: give --quick and "
-                "no --dataset\n"
+                "error: --write-golden records the quick version: give --quick and no --dataset\n"
             )
             return EXIT_BAD_INPUT
         if golden.exists() and not args.force:
             sys.stderr.write(f"error: {golden} exists; add --force to overwrite it\n")
             return EXIT_BAD_INPUT
+    if args.record and args.quick:
+        sys.stderr.write("error: --record records a full run: not with --quick\n")
+        return EXIT_BAD_INPUT
     try:
         verdict = reproduce(
             args.name,
@@ -500,6 +782,9 @@ def main(argv: list[str] | None = None) -> int:
             dataset=args.dataset,
             progress=not args.quiet,
         )
+    except DataMissing as exc:
+        sys.stdout.write(f"{exc}\n")
+        return EXIT_HOLDS
     except ValueError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return EXIT_BAD_INPUT
@@ -507,6 +792,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.write_golden:
         golden.write_text(json.dumps(golden_record(verdict), indent=2) + "\n")
         sys.stdout.write(f"golden record written to {golden}\n")
+    if args.record:
+        path = PAPERS / args.name / "results.json"
+        record = results_record(verdict, argv, recorded(args.name))
+        path.write_text(json.dumps(record, indent=2) + "\n")
+        sys.stdout.write(f"results recorded in {path}\n")
     return EXIT_HOLDS if verdict["holds"] else EXIT_FAILS
 
 

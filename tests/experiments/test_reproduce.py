@@ -1,4 +1,5 @@
-"""Paper reproductions: the quick versions against their golden records, and the command line."""
+"""Paper reproductions: selection over seeds, the claims, the command line, and (slow) the quick
+versions against their golden records."""
 
 from __future__ import annotations
 
@@ -12,35 +13,37 @@ import pytest
 from experiments import reproduce as rp
 
 NAMES = ["ef21-vs-ef", "marina-vs-diana", "dasha-vs-marina", "3pc-lag", "3pc-quadratic"]
-# ef21-vs-ef's quick version stays in the default suite; the others take longer together.
-QUICK = [
-    pytest.param(name, marks=() if name == "ef21-vs-ef" else pytest.mark.slow) for name in NAMES
-]
 
 
 def test_available_lists_every_reproduction():
     assert rp.available() == sorted(NAMES)
 
 
-@pytest.mark.parametrize("name", QUICK)
+@pytest.mark.slow
+@pytest.mark.parametrize("name", NAMES)
 def test_quick_reproduction_matches_golden(name, tmp_path):
     golden = json.loads((rp.PAPERS / name / "golden.json").read_text())
     out = tmp_path / name
-    verdict = rp.reproduce(name, out=out, jobs=2, quick=True, progress=False)
+    try:
+        verdict = rp.reproduce(name, out=out, jobs=2, quick=True, progress=False)
+    except rp.DataMissing as exc:
+        pytest.skip(str(exc))
     rel = golden["tolerance"]["bits_to_tol_rel"]
-    assert verdict["order"] == golden["order"]
-    assert verdict["tol"] == golden["tol"]
+    for key in ("kind", "order", "tol", "bits"):
+        assert verdict[key] == golden[key]
     assert len(verdict["settings"]) == len(golden["settings"])
     for got, want in zip(verdict["settings"], golden["settings"], strict=True):
-        assert got["setting"] == want["setting"]
-        for g, w in zip(got["methods"], want["methods"], strict=True):
+        assert got["setting"].keys() == want["setting"].keys()
+        rows = got.get("methods") or got["cells"]
+        wants = want.get("methods") or want["cells"]
+        for g, w in zip(rows, wants, strict=True):
             assert g["label"] == w["label"]
             assert g["step_mult"] == w["step_mult"]
+            assert g["reached"] == w["reached"]
             if w["bits_to_tol"] is None:
                 assert g["bits_to_tol"] is None
             else:
                 assert g["bits_to_tol"] == pytest.approx(w["bits_to_tol"], rel=rel)
-        assert rp.ranking(got["methods"]) == want["ranking"]
         assert got["holds"] == want["holds"]
     assert verdict["holds"] == golden["holds"]
     for fig in ("figure.png", "figure.pdf"):
@@ -61,45 +64,65 @@ def test_bad_name_exits_2_listing_the_available_ones():
         assert name in proc.stderr
 
 
-def test_list_names_every_reproduction(capsys):
+def test_list_names_every_reproduction_with_its_verdict(capsys):
     assert rp.main(["--list"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert [line.split()[0] for line in lines] == sorted(NAMES)
+    heads = [line.split()[0] for line in lines if not line.startswith(" ")]
+    assert heads == sorted(NAMES)
+    verdicts = [line.strip() for line in lines if line.startswith(" ")]
+    assert len(verdicts) >= len(NAMES)
+    assert all(v.startswith("verdict:") for v in verdicts)
 
 
-def test_write_golden_refuses_to_overwrite(capsys):
+def test_write_golden_and_record_refuse_bad_combinations(capsys):
     assert rp.main(["ef21-vs-ef", "--quick", "--write-golden"]) == 2
     assert "--force" in capsys.readouterr().err
     assert rp.main(["ef21-vs-ef", "--write-golden"]) == 2
     assert "--quick" in capsys.readouterr().err
+    assert rp.main(["ef21-vs-ef", "--quick", "--record"]) == 2
+    assert "--quick" in capsys.readouterr().err
 
 
-def test_quick_overrides_and_offline_data():
+def test_missing_data_skips_with_a_message(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv(rp.LIBSVM_ENV, str(tmp_path))
+    with pytest.raises(rp.DataMissing, match="mushrooms"):
+        rp.load_paper("ef21-vs-ef")
+    assert rp.main(["ef21-vs-ef", "--quick", "--out", str(tmp_path / "o")]) == 0
+    out = capsys.readouterr().out
+    assert "skipped" in out and str(tmp_path) in out
+    assert not (tmp_path / "o").exists()
+
+
+def test_config_states_tolerance_bits_and_sets(tmp_path, monkeypatch):
+    for name in ("mushrooms", "phishing", "a9a", "w8a"):
+        (tmp_path / f"{name}.txt").write_text("1 1:0.5\n-1 2:0.25\n")
+    monkeypatch.setenv(rp.LIBSVM_ENV, str(tmp_path))
     full = rp.load_paper("ef21-vs-ef")
     quick = rp.load_paper("ef21-vs-ef", quick=True)
-    assert full.sweep["base"]["iters"] == 2000
-    assert quick.sweep["base"]["iters"] == 400
+    assert full.claim.tol == 1e-5 and full.claim.bits == "exclude-initial"
+    assert full.sweep["base"]["tol"] == 1e-5  # runs stop at the claim's tolerance
     assert full.sweep["grid"]["step_mult"] == {"base": 2, "from": 0, "to": 11}
-    assert quick.sweep["grid"]["step_mult"] == [16, 64]
-    assert quick.sweep["base"]["dataset"] == "breast-cancer"
-    assert quick.claim.order == ("EF21", "EF14", "DCGD")
-    assert quick.claim.tol == 1e-5
-    # DCGD's "1/L" is resolved from the problem: breast-cancer standardised, n = 20.
-    (dcgd,) = [m for m in quick.sweep["methods"] if m["algorithm"] == "dcgd"]
-    assert dcgd["step"] == pytest.approx(0.283937, rel=1e-5)
-
-
-def test_dataset_file_becomes_libsvm_spec(tmp_path):
-    f = tmp_path / "tiny.txt"
-    f.write_text("1 1:0.5\n-1 2:0.25\n")
-    paper = rp.load_paper("3pc-lag", dataset=str(f))
-    assert paper.sweep["base"]["dataset"] == f"libsvm:{f.resolve()}"
-    assert "problem_opt" not in paper.sweep["base"]
-    assert rp.default_out(paper).as_posix() == "runs/reproduce/3pc-lag-tiny"
+    assert [s.rsplit("/", 1)[1] for s in full.sweep["grid"]["dataset"]] == [
+        "mushrooms.txt", "phishing.txt", "a9a.txt", "w8a.txt",
+    ]  # fmt: skip
+    assert quick.sweep["grid"]["dataset"] == [f"libsvm:{(tmp_path / 'mushrooms.txt').resolve()}"]
+    one = rp.load_paper("ef21-vs-ef", dataset="phishing")
+    assert one.sweep["base"]["dataset"] == f"libsvm:{(tmp_path / 'phishing.txt').resolve()}"
+    assert "dataset" not in one.sweep["grid"]
+    assert rp.default_out(one).as_posix() == "runs/reproduce/ef21-vs-ef-phishing"
     with pytest.raises(ValueError, match="file not found"):
-        rp.load_paper("3pc-lag", dataset=f"libsvm:{tmp_path / 'missing.txt'}")
+        rp.load_paper("ef21-vs-ef", dataset=f"libsvm:{tmp_path / 'missing.txt'}")
     with pytest.raises(ValueError, match="takes no --dataset"):
-        rp.load_paper("3pc-quadratic", dataset=str(f))
+        rp.load_paper("3pc-quadratic", dataset="phishing")
+
+
+def test_every_config_fixes_tolerance_and_bit_convention():
+    import tomllib
+
+    for name in NAMES:
+        raw = tomllib.loads((rp.PAPERS / name / "config.toml").read_text())
+        assert raw["claim"]["bits"] in rp.BITS, name
+        assert raw["claim"]["tol"] > 0, name
 
 
 def test_unknown_name_and_quick_key_raise():
@@ -109,33 +132,111 @@ def test_unknown_name_and_quick_key_raise():
         rp._apply_quick({}, {"methodz": []}, "x")
 
 
-def _rows(values: dict[str, float]) -> tuple[list[dict], list[dict]]:
-    best, summary = [], []
-    for i, (label, v) in enumerate(values.items()):
-        best.append(
-            {"label": label, "compressor": "topk:k=1", "step_mult": 2.0, "value": v,
-             "run_ids": f"r{i}"}
-        )  # fmt: skip
-        summary.append({"run_id": f"r{i}", "grad_norm_sq": str(0.5 * (i + 1))})
-    return best, summary
+def _claim(**kw) -> rp.Claim:
+    base = {"kind": "order", "statement": "", "metric": "grad_norm_sq", "tol": 1e-3,
+            "bits": "exclude-initial", "order": ("A", "B")}  # fmt: skip
+    return rp.Claim(**{**base, **kw})
+
+
+def _history(values, bits0=100.0, step=10.0):
+    return [
+        {"iter": str(i), "bits_up": str(bits0 + step * i), "grad_norm_sq": str(v)}
+        for i, v in enumerate(values)
+    ]
+
+
+def test_run_bits_counts_from_the_first_crossing_with_the_stated_convention():
+    h = _history([1.0, 1e-2, 5e-4, 1e-6])
+    assert rp.run_bits(h, "completed", _claim()) == 20.0
+    assert rp.run_bits(h, "tolerance", _claim(bits="include-initial")) == 120.0
+    assert rp.run_bits(h, "completed", _claim(tol=1e-9)) == math.inf
+    # A run that did not end normally never counts, even after a crossing.
+    for status in ("diverged", "unstable", "failed"):
+        assert rp.run_bits(h, status, _claim()) == math.inf
+
+
+def _paper(claim: rp.Claim, methods: list[dict]) -> rp.Paper:
+    return rp.Paper("t", rp.PAPERS, {"methods": methods}, claim, False, None)
+
+
+def _rows(spec: dict[tuple[str, float], list[float]], extra: dict | None = None) -> list[dict]:
+    rows = []
+    for (label, mult), values in spec.items():
+        for seed, b in enumerate(values):
+            rows.append({"label": label, "step_mult": mult, "seed": seed, "bits": b,
+                         "dataset": "libsvm:/x/mushrooms.txt", **(extra or {})})  # fmt: skip
+    return rows
+
+
+def test_median_over_seeds_picks_the_multiplier_and_reports_the_spread():
+    paper = _paper(_claim(), [{"algorithm": "a", "label": "A"}, {"algorithm": "b", "label": "B"}])
+    inf = math.inf
+    rows = _rows({
+        ("A", 1.0): [50.0, 10.0, 30.0, inf, 20.0],   # median 30 (one seed never)
+        ("A", 2.0): [40.0, 35.0, 36.0, 38.0, 39.0],  # median 38
+        ("A", 4.0): [5.0, 6.0, inf, inf, inf],       # median inf: most seeds never
+        ("B", 1.0): [inf, inf, inf, inf, inf],
+    })  # fmt: skip
+    cells = rp.aggregate(rows, paper, ["step_mult", "seed", "dataset"])
+    by = {c["label"]: c for c in cells}
+    assert by["A"]["step_mult"] == 1.0 and by["A"]["bits_to_tol"] == 30.0
+    assert by["A"]["bits_min"] == 10.0 and by["A"]["bits_max"] is None
+    assert (by["A"]["reached"], by["A"]["seeds"]) == (4, 5)
+    assert by["B"]["bits_to_tol"] is None and by["B"]["step_mult"] is None
+    verdict = rp.evaluate(cells, paper)
+    assert verdict["holds"] is True
+    (setting,) = verdict["settings"]
+    assert setting["setting"] == {"dataset": "libsvm:/x/mushrooms.txt"}
+    assert rp.ranking(setting["methods"]) == ["A", "B"]
 
 
 @pytest.mark.parametrize(
-    ("values", "holds"),
-    [
-        ({"EF21": 10.0, "EF14": 20.0, "DCGD": math.inf}, True),
-        ({"EF21": 10.0, "EF14": 10.0, "DCGD": 30.0}, False),
-        ({"EF21": 10.0, "EF14": math.inf, "DCGD": math.inf}, False),
-        ({"EF21": 30.0, "EF14": 20.0, "DCGD": 40.0}, False),
-    ],
+    ("a", "b", "holds"),
+    [(10.0, 20.0, True), (10.0, 10.0, False), (math.inf, math.inf, False), (30.0, 20.0, False)],
 )
-def test_evaluate_strict_order_with_never_as_infinite(values, holds):
-    paper = rp.load_paper("ef21-vs-ef", quick=True)
-    best, summary = _rows(values)
-    verdict = rp.evaluate(best, summary, paper, ["compressor", "step_mult", "seed"])
-    assert verdict["holds"] is holds
+def test_order_is_strict_with_never_as_infinite(a, b, holds):
+    paper = _paper(_claim(), [{"algorithm": "a", "label": "A"}, {"algorithm": "b", "label": "B"}])
+    cells = rp.aggregate(_rows({("A", 1.0): [a], ("B", 1.0): [b]}), paper, ["step_mult"])
+    assert rp.evaluate(cells, paper)["holds"] is holds
+
+
+def test_beats_needs_every_winner_below_the_baseline():
+    claim = _claim(kind="beats", order=("A", "B", "C"))
+    methods = [{"algorithm": x, "label": x} for x in "ABC"]
+    paper = _paper(claim, methods)
+    ok = _rows({("A", 1.0): [5.0], ("B", 1.0): [9.0], ("C", 1.0): [10.0]})
+    bad = _rows({("A", 1.0): [5.0], ("B", 1.0): [11.0], ("C", 1.0): [10.0]})
+    assert rp.evaluate(rp.aggregate(ok, paper, []), paper)["holds"] is True
+    assert rp.evaluate(rp.aggregate(bad, paper, []), paper)["holds"] is False
+
+
+@pytest.mark.parametrize(("inner", "holds"), [(7.0, True), (8.0, False), (math.inf, False)])
+def test_heatmap_needs_an_off_baseline_cell_below_both_baselines(inner, holds):
+    claim = _claim(kind="heatmap", order=(), rows="compressor", cols="zeta",
+                   base_row="identity", base_col=0.0)  # fmt: skip
+    paper = _paper(claim, [{"algorithm": "3pc", "label": "CLAG", "mechanism": "clag"}])
+    grid = {("topk:k=1", 0.0): 8.0, ("topk:k=1", 4.0): inner,
+            ("identity", 0.0): 20.0, ("identity", 4.0): 9.0}  # fmt: skip
+    rows = []
+    for (comp, zeta), b in grid.items():
+        rows += _rows({("CLAG", 1.0): [b]}, {"compressor": comp, "zeta": zeta})
+    cells = rp.aggregate(rows, paper, ["compressor", "zeta", "step_mult", "dataset"])
+    verdict = rp.evaluate(cells, paper)
     (setting,) = verdict["settings"]
-    assert setting["setting"] == {"compressor": "topk:k=1"}
-    got = {m["label"]: m["bits_to_tol"] for m in setting["methods"]}
-    assert got == {k: (None if math.isinf(v) else v) for k, v in values.items()}
-    assert [m["final"] for m in setting["methods"]] == [0.5, 1.0, 1.5]
+    assert setting["holds"] is holds
+    assert setting["baseline_col_best"] == 8.0 and setting["baseline_row_best"] == 9.0
+    assert len(setting["cells"]) == 4
+    text = rp.verdict_table({**verdict, "kind": "heatmap", "statement": "", "metric": "g",
+                             "tol": 1.0, "bits": "x", "rows": "compressor", "cols": "zeta",
+                             "base_row": "identity", "base_col": 0.0, "order": []})  # fmt: skip
+    assert ("holds" if holds else "FAILS") in text
+
+
+def test_results_record_keeps_one_entry_per_data_set():
+    v1 = {"dataset": "libsvm:/x/mushrooms.txt", "holds": True, "settings": []}
+    v2 = {"dataset": "libsvm:/x/phishing.txt", "holds": False, "settings": []}
+    r1 = rp.results_record(v1, ["ef21-vs-ef", "--dataset", "mushrooms"], None)
+    r2 = rp.results_record(v2, ["ef21-vs-ef", "--dataset", "phishing"], r1)
+    assert sorted(r2["runs"]) == ["mushrooms", "phishing"]
+    assert r2["runs"]["mushrooms"]["verdict"] == v1
+    assert r2["runs"]["phishing"]["command"].endswith("--dataset phishing")
