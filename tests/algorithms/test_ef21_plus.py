@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+from runs import gd, trajectory
 
 from algorithms.comm import SimulatedComm
 from algorithms.comm.base import CHOICE_FLAG_BITS
@@ -16,22 +17,11 @@ from algorithms.ef21_plus import EF21Plus
 from algorithms.registry import ALGORITHMS
 from algorithms.run import run
 from compressors import parse_spec
-from problems.registry import make_problem
-from runs import gd, trajectory
 
 TOPK = "topk:k=2"
 
 
-@pytest.fixture(scope="module")
-def nonconvex():
-    return make_problem(
-        "logreg-nonconvex", nodes=5, lam=0.1, samples=200, features=10, seed=2, x0="randn"
-    )
-
-
-@pytest.fixture(scope="module")
-def quad():
-    return make_problem("quadratic", nodes=5, lam=0.2, dim=10, seed=0)
+# The problems (nonconvex, quad) are the shared fixtures of tests/algorithms/conftest.py.
 
 
 def node_errors(problem, state) -> torch.Tensor:
