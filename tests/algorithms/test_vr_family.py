@@ -420,11 +420,11 @@ RUNS = {
     "diana": "--compressor randk:k=2",
     "marina": "--compressor randk:k=2",
     "pp-marina": "--compressor randk:k=2 --participation 0.5",
-    "vr-marina": "--compressor randk:k=2 --problem logreg --step 0.5",
+    "vr-marina": "--compressor randk:k=2 --problem logreg --step 0.1",
     "dasha": "--compressor randk:k=2 --init zero",
     "dasha-page": "--compressor randk:k=2 --problem logreg --step 0.5",
     "dasha-mvr": "--compressor randk:k=2 --problem logreg --step 0.05 --mvr-b 0.05 --batch-size 8",
-    "dasha-sync-mvr": "--compressor randk:k=2 --problem logreg --step 0.5 --mega-batch 8",
+    "dasha-sync-mvr": "--compressor randk:k=2 --problem logreg --step 0.1 --mega-batch 8",
     "comp-ams": "--compressor topk:k=2 --step 0.01 --beta1 0.5",
 }
 
