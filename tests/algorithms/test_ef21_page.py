@@ -8,6 +8,7 @@ import math
 
 import pytest
 import torch
+from runs import trajectory
 
 from algorithms.comm import SimulatedComm
 from algorithms.ef21 import EF21
@@ -16,7 +17,6 @@ from algorithms.registry import ALGORITHMS
 from algorithms.run import run
 from compressors import parse_spec
 from problems.registry import make_problem
-from runs import trajectory
 
 TOPK = "topk:k=2"
 
