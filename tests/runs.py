@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import functools
+import importlib.util
+from pathlib import Path
+
 from algorithms.comm import SimulatedComm
 
 
@@ -24,3 +28,14 @@ def gd(problem, gamma: float, T: int):
         x = x - gamma * problem.full_grad(x)
         xs.append(x)
     return xs
+
+
+@functools.cache
+def torch_dist_helpers():
+    """The gloo-vs-simulation helpers of ``tests/algorithms/test_torch_dist.py`` (``parity``,
+    ``dist_run``, ``assert_same_run``), loaded once: tests/algorithms is not a package."""
+    path = Path(__file__).parent / "algorithms" / "test_torch_dist.py"
+    spec = importlib.util.spec_from_file_location("torch_dist_helpers", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

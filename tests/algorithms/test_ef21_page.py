@@ -8,7 +8,7 @@ import math
 
 import pytest
 import torch
-from runs import trajectory
+from runs import torch_dist_helpers, trajectory
 
 from algorithms.comm import SimulatedComm
 from algorithms.ef21 import EF21
@@ -164,15 +164,7 @@ def test_runner_records_the_choice_and_refuses_bad_input(tmp_path, capsys):
 @pytest.mark.dist
 @pytest.mark.parametrize("nproc", [2, 3])
 def test_gloo_matches_the_simulation(tmp_path, nproc):
-    import importlib.util
-    from pathlib import Path
-
-    # The gloo-vs-simulation helper of test_torch_dist.py (tests/algorithms is not a package).
-    spec = importlib.util.spec_from_file_location(
-        "torch_dist_helpers", Path(__file__).with_name("test_torch_dist.py")
-    )
-    helpers = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(helpers)
+    helpers = torch_dist_helpers()
     # (the helper runs its own problem, a quadratic, at the theory step)
     argv = ["ef21-page", "--compressor", "scaled:randk:k=3", "--p", "0.3", "--batch-size", "4"]
     helpers.parity(tmp_path, nproc, argv)
@@ -181,14 +173,7 @@ def test_gloo_matches_the_simulation(tmp_path, nproc):
 @pytest.mark.dist
 def test_gloo_matches_the_simulation_on_sigmoid_squared(tmp_path):
     """Per-node coins and minibatches on a GLM with unequal nodes: the same trajectory."""
-    import importlib.util
-    from pathlib import Path
-
-    spec = importlib.util.spec_from_file_location(
-        "torch_dist_helpers", Path(__file__).with_name("test_torch_dist.py")
-    )
-    helpers = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(helpers)
+    helpers = torch_dist_helpers()
     argv = ["ef21-page", "--compressor", "topk:k=3", "--problem", "sigmoid-squared",
             "--problem-opt", "samples=301", "--p", "0.3", "--batch-size", "4", "--iters", "40",
             "--quiet", "--seed", "5", "--x0", "randn"]  # fmt: skip

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 import torch
-from runs import gd, trajectory
+from runs import gd, torch_dist_helpers, trajectory
 
 from algorithms.comm import SimulatedComm
 from algorithms.comm.base import CHOICE_FLAG_BITS
@@ -139,15 +139,7 @@ def test_runner(tmp_path):
 @pytest.mark.dist
 @pytest.mark.parametrize("nproc", [2, 3])
 def test_gloo_matches_the_simulation(tmp_path, nproc):
-    import importlib.util
-    from pathlib import Path
-
-    # The gloo-vs-simulation helper of test_torch_dist.py (tests/algorithms is not a package).
-    spec = importlib.util.spec_from_file_location(
-        "torch_dist_helpers", Path(__file__).with_name("test_torch_dist.py")
-    )
-    helpers = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(helpers)
+    helpers = torch_dist_helpers()
     # (the helper runs its own problem, a quadratic, at the theory step)
     argv = ["ef21-plus", "--compressor", "scaled:randk:k=3", "--init", "zero"]
     helpers.parity(tmp_path, nproc, argv)
