@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import os
 import signal
 import subprocess
@@ -10,6 +11,7 @@ import sys
 import time
 
 import pytest
+import torch
 
 from algorithms.registry import ALGORITHMS
 from algorithms.run import TIME_COLUMNS, run
@@ -74,3 +76,63 @@ def test_resume_refuses_what_it_cannot_honour(tmp_path, capsys):
     assert "it may change only --iters" in err and "got --compressor" in err
     assert run([*argv, "--checkpoint-every", "0", "--out", str(tmp_path / "z")]) == 2
     assert "--checkpoint-every must be >= 1, got 0" in capsys.readouterr().err
+
+
+class _Payload:
+    """Unpickling this calls ``exec``: a crafted checkpoint that runs code when loaded."""
+
+    def __init__(self, marker) -> None:
+        self.code = f"open({str(marker)!r}, 'w').write('ran')"
+
+    def __reduce__(self):
+        return (exec, (self.code,))
+
+
+def _checkpointed(tmp_path, name="r"):
+    out = tmp_path / name
+    argv = ["ef21", "--compressor", "topk:k=3", *BASE, "--iters", "6", "--checkpoint-every", "3"]
+    assert run([*argv, "--out", str(out)]) == 0
+    return out
+
+
+@pytest.mark.parametrize("how", ["torch.save", "pickle2", "pickle4"])
+def test_a_checkpoint_that_would_run_code_is_refused(tmp_path, capsys, how):
+    import pickle
+
+    out = _checkpointed(tmp_path)
+    marker = tmp_path / "marker"
+    path = out / "checkpoint" / "rank0.pt"
+    blob = torch.load(path, weights_only=True)
+    blob["last"] = _Payload(marker)
+    if how == "torch.save":
+        torch.save(blob, path)
+    else:
+        path.write_bytes(pickle.dumps(blob, protocol=int(how[-1])))
+    pickle.loads(pickle.dumps(_Payload(tmp_path / "control")))  # the payload is live
+    assert (tmp_path / "control").exists()
+    capsys.readouterr()
+    assert run(["--resume", str(out), "--iters", "9"]) == 2
+    err = capsys.readouterr().err
+    assert "rank0.pt" in err and ("refused to load" in err or "is unreadable" in err), err
+    assert how != "torch.save" or "Python object exec" in err  # names what it refused
+    assert not marker.exists()
+
+
+def test_an_old_format_checkpoint_is_refused_with_a_clear_message(tmp_path, capsys):
+    out = _checkpointed(tmp_path)
+    ck = out / "checkpoint"
+    blob = torch.load(ck / "rank0.pt", weights_only=True)
+    from algorithms.ef21 import EF21State
+
+    # The previous format: the state object itself, read back with weights_only=False.
+    state = EF21State(**blob["state"]["fields"])
+    old = {"t": 6, "state": state, "ledger": blob["ledger"], "wall": 0.0, "times": {},
+           "last": blob["last"], "n": 4, "nodes": blob["nodes"]}  # fmt: skip
+    torch.save(old, ck / "rank0.pt")
+    capsys.readouterr()
+    assert run(["--resume", str(out)]) == 2
+    assert "older runner" in capsys.readouterr().err
+    (ck / "meta.json").write_text(json.dumps({"iter": 6, "n": 4, "files": 1}))
+    assert run(["--resume", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "meta.json' was written by an older runner" in err, err

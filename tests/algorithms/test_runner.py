@@ -197,3 +197,53 @@ def test_module_entry_point_runs_a_default_problem(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     assert "results in" in proc.stdout and (tmp_path / "r" / "history.csv").exists()
+
+
+def test_list_shows_whole_first_sentences(capsys):
+    assert run(["--list"]) == 0
+    text = capsys.readouterr().out
+    section = text.split("problems:")[0]
+    described = [ln for ln in section.splitlines() if ln.startswith("  ") and "alias of" not in ln]
+    assert len(described) >= len(ALGORITHMS)
+    for line in described:
+        desc = line[19:].split("  [")[0].rstrip()
+        assert desc.endswith((".", "!", "?")), f"cut mid-sentence: {line!r}"
+        assert desc.count("(") == desc.count(")") and desc.count("``") % 2 == 0, line
+
+
+def test_the_summary_says_where_the_step_came_from(tmp_path, capsys):
+    argv = ["ef21", "--compressor", "topk:ratio=0.1", "--problem", "mlp", "--dataset", "digits",
+            "--nodes", "2", "--iters", "1", "--quiet"]  # fmt: skip
+    assert run([*argv, "--out", str(tmp_path / "a")]) == 0
+    out = capsys.readouterr().out
+    assert "step 0.1 = 1 x problem default 0.1" in out and "(given" not in out
+    assert run([*argv, "--step", "0.05", "--step-mult", "2", "--out", str(tmp_path / "b")]) == 0
+    assert "step 0.1 (given: --step 0.05 x --step-mult 2)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["marina", "--compressor", "randk:k=3"],  # per-node streams and a shared coin
+        ["ef21-sgd", "--compressor", "topk:k=2", "--batch-size", "2", "--problem", "logreg"],
+        ["diana", "--compressor", "qsgd:levels=4"],
+    ],
+    ids=lambda a: a[0],
+)
+def test_the_untimed_warm_up_changes_no_logged_number(tmp_path, monkeypatch, argv):
+    import algorithms.runner.loop as loop
+
+    args = [*argv, "--nodes", "4", "--iters", "12", "--log-every", "1", "--quiet", "--seed", "2"]
+    assert run([*args, "--out", str(tmp_path / "warm")]) == 0
+    calls = []
+    monkeypatch.setattr(loop, "warm_up", lambda *a: calls.append(a))
+    assert run([*args, "--out", str(tmp_path / "cold")]) == 0
+    assert len(calls) == 1
+
+    def strip(path):
+        lines = (path / "history.csv").read_text().splitlines()
+        cols = lines[0].split(",")
+        keep = [i for i, c in enumerate(cols) if c not in TIME_COLUMNS]
+        return [[ln.split(",")[i] for i in keep] for ln in lines]
+
+    assert strip(tmp_path / "warm") == strip(tmp_path / "cold")  # byte for byte but the clocks
