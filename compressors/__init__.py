@@ -2,7 +2,8 @@
 
 ``parse_spec("topk:k=10")`` builds one from its command-line spec; ``COMPRESSORS`` is the
 registry. ``python -m compressors --dim 1000`` prints every compressor's class, constant and
-bits.
+bits. Non-finite and extreme values follow one policy, stated in :mod:`compressors.nonfinite`:
+finite rows decode to finite rows, rows with a NaN or inf entry to non-finite rows.
 """
 
 from compressors.base import Compressor, Packet

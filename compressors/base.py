@@ -110,6 +110,14 @@ class Compressor:
         fixed_size: every payload has the same size, ``bits(d)``; otherwise the size depends on
             the draw and ``expected_bits(d)`` is its mean.
         preserves_zero: ``C(0) = 0``.
+        nonfinite_on_wire: a row with a NaN or inf entry still decodes to a non-finite row after
+            ``to_bytes``/``from_bytes`` (False where the payload has no float to carry it).
+
+    Non-finite and extreme values (:mod:`compressors.nonfinite`): a finite row, whatever its
+    magnitude (subnormals and ``±finfo.max`` included), decodes to a finite row, saturating at
+    ``±finfo(dtype).max`` where the exact output is out of range; a row with a NaN or inf entry
+    decodes to a row with a NaN or inf entry, so a diverging run is stopped, never silently
+    zeroed or clipped; payload sizes never depend on it.
     """
 
     unbiased: ClassVar[bool] = False
@@ -123,6 +131,7 @@ class Compressor:
     sparsifier: ClassVar[bool] = False
     fixed_size: ClassVar[bool] = True
     preserves_zero: ClassVar[bool] = True
+    nonfinite_on_wire: ClassVar[bool] = True
 
     # ---------------------------------------------------------------- theory
     def omega(self, d: int) -> float:

@@ -9,6 +9,7 @@ import torch
 
 from compressors.base import Compressor, Packet, check_float_bits
 from compressors.bitpack import BitReader, BitWriter
+from compressors.nonfinite import NONFINITE, mark_rows, nonfinite_rows, saturate
 from streams import Streams
 
 
@@ -24,6 +25,10 @@ class Bernoulli(Compressor):
     Bits: ``1 + xi * float_bits * d`` (a flag, then the vector if sent); variable size with mean
     ``1 + p * float_bits * d``.
 
+    Non-finite values (:mod:`compressors.nonfinite`): ``x / p`` saturates at the dtype's max; a
+    row with a NaN or inf entry that is not sent is flagged in the in-process packet (a field
+    that does not travel), so it decodes to NaN there, but to zero when rebuilt from bytes.
+
     Args:
         p: probability of sending, in ``(0, 1]``.
         float_bits: wire width of one value.
@@ -33,6 +38,7 @@ class Bernoulli(Compressor):
     scaled_projection: ClassVar[bool] = True
     linear: ClassVar[bool] = True
     fixed_size: ClassVar[bool] = False
+    nonfinite_on_wire: ClassVar[bool] = False
 
     p: float = 0.5
     float_bits: int = 32
@@ -63,12 +69,16 @@ class Bernoulli(Compressor):
         sent = rng.uniform(1, dtype=torch.float64)[:, 0] < self.p
         values = torch.where(sent[:, None], x_i, 0.0)
         nbits = 1 + sent.to(torch.int64) * (self.float_bits * d)
-        return self._packet(
-            x_i, nbits, {"sent", "values"}, {"scale": 1.0 / self.p}, sent=sent, values=values
-        )
+        fields = {"sent": sent, "values": values}
+        bad = nonfinite_rows(x_i)
+        if bad is not None:
+            fields[NONFINITE] = bad & ~sent  # a sent row carries its NaN or inf itself
+        return self._packet(x_i, nbits, {"sent", "values"}, {"scale": 1.0 / self.p}, **fields)
 
     def _decode(self, packet: Packet) -> torch.Tensor:
-        return packet.fields["values"] * packet.meta["scale"]
+        values = packet.fields["values"]
+        y = saturate(values * packet.meta["scale"], values, packet.dtype)
+        return mark_rows(y, packet.fields)
 
     def _write(self, packet: Packet, w: BitWriter) -> None:
         sent = packet.fields["sent"]

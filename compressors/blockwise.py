@@ -85,6 +85,7 @@ class Blockwise(Compressor):
     preserves_zero = _follow("preserves_zero")
     fixed_size = _follow("fixed_size")
     projection = _follow("projection")
+    nonfinite_on_wire = _follow("nonfinite_on_wire")
 
     @property
     def scaled_projection(self) -> bool:  # type: ignore[override]

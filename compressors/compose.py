@@ -8,6 +8,7 @@ import torch
 
 from compressors.base import Compressor, Packet
 from compressors.bitpack import BitReader, BitWriter
+from compressors.nonfinite import saturate
 from streams import Streams
 
 
@@ -116,6 +117,10 @@ class Compose(Compressor):
     def preserves_zero(self) -> bool:  # type: ignore[override]
         return all(c.preserves_zero for c in self.parts)
 
+    @property
+    def nonfinite_on_wire(self) -> bool:  # type: ignore[override]
+        return self.rest.nonfinite_on_wire  # the rest's payload is what carries the values
+
     def bind(self, n: int) -> Compose:
         return Compose(tuple(c.bind(n) for c in self.parts))
 
@@ -188,7 +193,8 @@ class Compose(Compressor):
         if not self.first.sparsifier:
             return values
         out = torch.zeros(packet.m, packet.d, dtype=values.dtype, device=values.device)
-        return out.scatter_(1, head.fields["indices"], values * head.meta["scale"])
+        scaled = saturate(values * head.meta["scale"], values, packet.dtype)
+        return out.scatter_(1, head.fields["indices"], scaled)
 
     # ------------------------------------------------------------ the wire form
     def _write(self, packet: Packet, w: BitWriter) -> None:

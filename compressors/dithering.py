@@ -10,6 +10,7 @@ import torch
 
 from compressors.base import Compressor, Packet, check_float_bits, work_dtype
 from compressors.bitpack import BitReader, BitWriter, read_elias_levels, write_elias_levels
+from compressors.nonfinite import safe_norm
 from streams import Streams
 
 
@@ -103,9 +104,15 @@ class _Dithering(Compressor):
         m, d = x_i.shape
         x = x_i.to(work_dtype(x_i.dtype))
         a = x.abs()
-        norm = a.amax(dim=1) if self.p == math.inf else torch.linalg.vector_norm(x, dim=1)
+        # max-abs is exact; the 2-norm is scaled where it would overflow or underflow and
+        # saturates at the dtype's max, which keeps C unbiased and omega valid (the scale is
+        # at most ||x||_2 and at least every |x_j|); see compressors.nonfinite
+        norm = a.amax(dim=1) if self.p == math.inf else safe_norm(x, a, x_i.dtype)
         r = a / torch.where(norm > 0, norm, 1.0)[:, None]
         level = self._round(r.clamp(max=1.0), rng.uniform(d, dtype=x.dtype))
+        bad = ~torch.isfinite(norm)  # a NaN or inf entry: the norm carries it, levels are void
+        if bool(bad.any()):
+            level = torch.where(bad[:, None], 0, level)
         if self.coding == "fixed":
             nbits = self.bits(d)
         else:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -20,15 +21,21 @@ EXPONENT_BITS = {16: 5, 32: 8, 64: 11}
 MANTISSA_BITS = {torch.float32: (8, 23), torch.float64: (11, 52)}
 
 
-def round_to_power_of_two(a: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+def round_to_power_of_two(
+    a: torch.Tensor, u: torch.Tensor, emax: int | None = None
+) -> torch.Tensor:
     """Unbiased random rounding of ``a >= 0`` to ``2^e`` or ``2^(e+1)``, ``2^e <= a < 2^(e+1)``.
 
-    Rounds down with probability ``(2^(e+1) - a) / 2^e``, using uniforms ``u``; zero stays zero.
+    Rounds down with probability ``(2^(e+1) - a) / 2^e``, using uniforms ``u``; zero stays zero,
+    NaN and inf stay non-finite. With ``emax`` no result exceeds ``2^emax``: the top binade
+    ``[2^emax, finfo.max]`` rounds down (saturation, see :mod:`compressors.nonfinite`).
     """
-    mant, exp = torch.frexp(a)  # a = mant * 2^exp, mant in [0.5, 1)
-    low = torch.ldexp(torch.ones_like(a), exp - 1)
-    down = u < 2.0 - 2.0 * mant
-    return torch.where(a > 0, torch.where(down, low, 2.0 * low), 0.0)
+    mant, exp = torch.frexp(a)  # a = mant * 2^exp, mant in [0.5, 1); 0, inf, NaN keep theirs
+    e = exp - (u < 2.0 - 2.0 * mant).to(exp.dtype)
+    if emax is not None:
+        e = e.clamp_(max=emax)
+    # ceil(mant) is 1 for a > 0, 0 for a = 0, and inf or NaN for a non-finite ``a``
+    return torch.ldexp(torch.ceil(mant), e)
 
 
 @dataclass(frozen=True)
@@ -40,6 +47,9 @@ class Natural(Compressor):
     ``(2^(a+1) - |t|) / 2^a`` and ``sign(t) 2^(a+1)`` otherwise; zero stays zero.
 
     Class: unbiased, ``omega = 1/8``, attained when every ``|t| = (4/3) 2^a`` (Theorem 1).
+    Deviation at the top of the range: entries in the dtype's top binade ``[2^emax, max]``
+    round down to ``2^emax`` (``2^(emax+1)`` is not finite), so there ``C`` is biased; NaN and
+    inf entries come out non-finite (:mod:`compressors.nonfinite`).
 
     Bits: per entry the sign and the exponent of the float format, no mantissa:
     ``d * (1 + 8)`` bits for ``float_bits = 32`` (``1 + 5`` for 16, ``1 + 11`` for 64).
@@ -73,7 +83,8 @@ class Natural(Compressor):
         m, d = x_i.shape
         w = work_dtype(x_i.dtype)
         x = x_i.to(w)
-        mag = round_to_power_of_two(x.abs(), rng.uniform(d, dtype=w))
+        emax = math.frexp(torch.finfo(x_i.dtype).max)[1] - 1  # 2^emax: the largest power of 2
+        mag = round_to_power_of_two(x.abs(), rng.uniform(d, dtype=w), emax)
         return self._packet(x_i, self.bits(d), {"signs", "magnitudes"}, signs=x < 0, magnitudes=mag)
 
     def _decode(self, packet: Packet) -> torch.Tensor:

@@ -10,6 +10,7 @@ import torch
 
 from compressors.base import Compressor, Packet, check_float_bits, scatter_sum
 from compressors.bitpack import BitReader, BitWriter
+from compressors.nonfinite import nonfinite_rows, poison_first, saturate
 from streams import Streams
 
 
@@ -34,6 +35,9 @@ class PermK(Compressor):
     Bits: ``float_bits * |block_i|`` (``ceil`` or ``floor`` of ``d/n``; 1 value for ``d < n``);
     the support is regenerated from the shared seed: the packet's ``meta["keys"]`` holds it, and
     ``from_bytes`` rebuilds node ``j``'s block from it and ``j``.
+
+    Non-finite values (:mod:`compressors.nonfinite`): ``n x_j`` saturates at the dtype's max; a
+    row with a NaN or inf entry sends NaN as the first value of its block, kept or not.
 
     Args:
         n: the number of nodes (bound by the runner; required before use).
@@ -117,7 +121,9 @@ class PermK(Compressor):
             perm = rng.permutation(d)
         pos, real = self._positions(d, rng)
         idx = torch.gather(perm, 1, pos)
-        values = torch.where(real, torch.gather(x_i, 1, idx), 0.0)
+        values = poison_first(
+            torch.where(real, torch.gather(x_i, 1, idx), 0.0), nonfinite_rows(x_i)
+        )
         nbits = self.float_bits * real.sum(dim=1)
         scale = float(min(self._n(), d))
         # The keys are shared randomness (every node holds them): the receiver of node j's
@@ -129,7 +135,10 @@ class PermK(Compressor):
         f = packet.fields
         out = torch.zeros(packet.m, packet.d, dtype=f["values"].dtype, device=f["values"].device)
         # Padding entries carry value 0 at a clamped index: scatter_add leaves real ones intact.
-        return out.scatter_add_(1, f["indices"], f["values"] * packet.meta["scale"])
+        v = f["values"]
+        return out.scatter_add_(
+            1, f["indices"], saturate(v * packet.meta["scale"], v, packet.dtype)
+        )
 
     def _decode_sum(self, packet: Packet, weight: torch.Tensor | None) -> torch.Tensor:
         return scatter_sum(packet, weight)  # padding entries add 0

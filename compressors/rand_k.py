@@ -18,6 +18,7 @@ from compressors.base import (
     scatter_rows,
 )
 from compressors.bitpack import BitReader, BitWriter
+from compressors.nonfinite import nonfinite_rows, poison_first, saturate
 from streams import Streams
 
 INDEX_CODES = ("list", "bitmap", "seed")
@@ -88,6 +89,9 @@ class RandK(SparseWire, Compressor):
     step, and sends no index bits: ``float_bits * k``. The nodes' compressors are then
     correlated (not independent), which methods whose rate has ``omega/n`` must not assume.
 
+    Non-finite values (:mod:`compressors.nonfinite`): ``(d/k) x_j`` saturates at the dtype's
+    max; a row with a NaN or inf entry sends NaN as its first value, kept or not.
+
     Args:
         k: coordinates kept (``1 <= k <= d``); or give ``ratio`` (``k = round(ratio*d)``, at
             least 1). Default ``ratio = 0.01``.
@@ -144,7 +148,8 @@ class RandK(SparseWire, Compressor):
         m, d = x_i.shape
         k = self.k_of(d)
         idx = rng.subset(d, k)
-        fields = {"values": torch.gather(x_i, 1, idx), "indices": idx}
+        values = poison_first(torch.gather(x_i, 1, idx), nonfinite_rows(x_i))
+        fields = {"values": values, "indices": idx}
         wire = {"values"} if self.shared or self.index == "seed" else {"values", "indices"}
         meta = {"scale": d / k}
         if self.index == "seed" and not self.shared:
@@ -153,7 +158,10 @@ class RandK(SparseWire, Compressor):
 
     def _decode(self, packet: Packet) -> torch.Tensor:
         f = packet.fields
-        return scatter_rows(packet, f["indices"], f["values"] * packet.meta["scale"])
+        v = f["values"]
+        return scatter_rows(
+            packet, f["indices"], saturate(v * packet.meta["scale"], v, packet.dtype)
+        )
 
     def _write_support(self, packet: Packet, w: BitWriter) -> None:
         if not self.shared:

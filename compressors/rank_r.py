@@ -37,6 +37,10 @@ class RankR(Compressor):
 
     Bits: ``float_bits * r * (m1 + m2)`` (the factors ``P`` and ``R``).
 
+    Non-finite values (:mod:`compressors.nonfinite`): rows whose factors would overflow are
+    computed on ``M / max|M|`` with ``R`` scaled back and saturated at the dtype's max; a row
+    with a NaN or inf entry gives NaN factors.
+
     Args:
         r: the rank, ``r >= 1``.
         float_bits: wire width of one factor entry.
@@ -79,13 +83,33 @@ class RankR(Compressor):
         w = work_dtype(x_i.dtype)
         mat = torch.nn.functional.pad(x_i.to(w), (0, m1 * m2 - d)).reshape(m, m1, m2)
         q = rng.normal(m2, r, dtype=w)
-        p = torch.linalg.qr(torch.bmm(mat, q)).Q
-        rt = torch.bmm(mat.transpose(1, 2), p)
+        p, rt = _power_step(mat, q)
+        over = ~torch.isfinite(rt).all(dim=2).all(dim=1)
+        if bool(over.any()):
+            # Overflow (or a NaN/inf entry): redo those rows on M / max|M| and scale R back,
+            # saturating at the dtype's max; a non-finite entry makes the row NaN.
+            top = mat[over].abs().amax(dim=(1, 2))
+            sub = mat[over] / torch.where(top > 0, top, 1.0)[:, None, None]
+            p_o, r_o = _power_step(sub, q[over])
+            big = torch.finfo(x_i.dtype).max
+            r_o = torch.where(
+                torch.isfinite(top)[:, None, None], r_o * top[:, None, None], torch.nan
+            )
+            p, rt = p.clone(), rt.clone()
+            p[over], rt[over] = p_o, r_o.clamp(-big, big)
         return self._packet(x_i, self.bits(d), {"P", "R"}, P=p, R=rt)
 
     def _decode(self, packet: Packet) -> torch.Tensor:
         f = packet.fields
-        out = torch.bmm(f["P"], f["R"].transpose(1, 2))
+        p, rt = f["P"], f["R"]
+        top = rt.abs().amax(dim=(1, 2))  # |(P R^T)_ij| <= r max|R| since |P_ij| <= 1
+        big = torch.finfo(packet.dtype).max
+        if bool((top * rt.shape[2] < big / 2).all()):
+            out = torch.bmm(p, rt.transpose(1, 2))
+        else:  # the product may overflow: form it on R / max|R|, then saturate
+            s = torch.where(top > 0, top, 1.0)[:, None, None]
+            out = torch.bmm(p, (rt / s).transpose(1, 2)) * s
+            out = torch.where(torch.isfinite(s), out.clamp(-big, big), out)
         return out.reshape(packet.m, -1)[:, : packet.d]
 
     def _write(self, packet: Packet, w: BitWriter) -> None:
@@ -99,6 +123,12 @@ class RankR(Compressor):
         rt = rd.floats(m2 * r, dtype).reshape(rd.r, m2, r)
         p, rt = _layout_of(p, like.fields["P"]), _layout_of(rt, like.fields["R"])
         return self._rebuilt(like, rd.r, self.bits(like.d), P=p, R=rt)
+
+
+def _power_step(mat: torch.Tensor, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``P = orth(M Q)`` and ``R = M^T P`` for a batch of matrices."""
+    p = torch.linalg.qr(torch.bmm(mat, q)).Q
+    return p, torch.bmm(mat.transpose(1, 2), p)
 
 
 def _layout_of(t: torch.Tensor, like: torch.Tensor) -> torch.Tensor:

@@ -85,11 +85,15 @@ def parse_spec(spec: str) -> Compressor:
     if not isinstance(spec, str) or not spec.strip():
         raise ValueError(f"a compressor spec must be a non-empty string, got {spec!r}")
     spec = spec.strip()
-    name, _, rest = spec.partition(":")
+    name, sep, rest = spec.partition(":")
     name = ALIASES.get(name, name)
     if name not in COMPRESSORS:
         raise ValueError(f"unknown compressor {name!r}; allowed: {_names()}")
     cls = COMPRESSORS[name]
+    if name in ("scaled", "compose") and sep and not rest.strip():
+        example = "scaled:randk:k=10" if name == "scaled" else "compose:topk:k=10+qsgd:levels=4"
+        what = "an unbiased compressor's spec" if name == "scaled" else "two or more specs"
+        raise ValueError(f"{spec!r} names no parts: {name}: needs {what}, e.g. {example!r}")
     if name == "scaled":
         return Scaled(parse_spec(rest)) if rest else Scaled()
     if name == "compose":
@@ -98,17 +102,30 @@ def parse_spec(spec: str) -> Compressor:
         parts = rest.split("+")
         if len(parts) < 2:
             raise ValueError(f"compose needs two or more specs joined by '+', got {rest!r}")
+        for i, part in enumerate(parts, start=1):
+            if not part.strip():
+                raise ValueError(
+                    f"part {i} of {len(parts)} in {spec!r} is empty; compose needs two or more "
+                    "non-empty specs joined by '+'"
+                )
         return Compose(tuple(parse_spec(p) for p in parts))
     kwargs = {}
     fields = {f.name for f in dataclasses.fields(cls)}
-    for item in filter(None, rest.split(",")):
+    allowed = ", ".join(sorted(fields)) or "none"
+    for item in rest.split(",") if sep else []:
         key, eq, raw = item.partition("=")
         key = key.strip()
+        if not item.strip():
+            raise ValueError(
+                f"empty parameter in compressor spec {spec!r}; expected {name}:key=value[,...] "
+                f"with key one of: {allowed}"
+            )
         if not eq:
             raise ValueError(f"expected key=value in compressor spec {spec!r}, got {item!r}")
         if key not in fields:
-            allowed = ", ".join(sorted(fields)) or "none"
             raise ValueError(f"unknown parameter {key!r} for {name}; allowed: {allowed}")
+        if key in kwargs:
+            raise ValueError(f"parameter {key!r} is given twice in compressor spec {spec!r}")
         kwargs[key] = _convert(cls, key, raw.strip())
     return cls(**kwargs)
 

@@ -65,6 +65,10 @@ class Scaled(Compressor):
     def projection(self) -> bool:  # type: ignore[override]
         return self.inner.projection or self.inner.scaled_projection
 
+    @property
+    def nonfinite_on_wire(self) -> bool:  # type: ignore[override]
+        return self.inner.nonfinite_on_wire
+
     def bind(self, n: int) -> Scaled:
         return Scaled(self.inner.bind(n))
 

@@ -21,7 +21,8 @@ class ScaledSign(Compressor):
     Class: contractive and deterministic: ``||C(x) - x||^2 = ||x||^2 - ||x||_1^2 / d``, so the
     contraction is ``||x||_1^2 / (d ||x||^2) >= 1/d``; ``delta = 1/d``, attained at ``e_1``.
 
-    Bits: ``d + float_bits`` (one bit per sign, the scale as one float).
+    Bits: ``d + float_bits`` (one bit per sign, the scale as one float). A row with a NaN or
+    inf entry has a NaN scale (:mod:`compressors.nonfinite`).
 
     Args:
         float_bits: wire width of the scale.
@@ -52,7 +53,13 @@ class ScaledSign(Compressor):
 
     def _encode(self, x_i: torch.Tensor, rng: Streams) -> Packet:
         x = x_i.to(work_dtype(x_i.dtype))
-        scale = x.abs().sum(dim=1) / x.shape[1]
+        a = x.abs()
+        scale = a.sum(dim=1) / x.shape[1]
+        over = ~torch.isfinite(scale)  # an entry is not finite, or finite ones overflow the sum
+        if bool(over.any()):
+            top = a[over].amax(dim=1)
+            mean = top * (a[over] / top[:, None]).mean(dim=1)  # NaN if an entry is not finite
+            scale[over] = torch.where(torch.isfinite(top), mean, torch.nan)
         return self._packet(
             x_i, self.bits(x.shape[1]), {"scale", "signs"}, scale=scale, signs=x < 0
         )

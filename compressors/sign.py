@@ -9,6 +9,7 @@ import torch
 
 from compressors.base import Compressor, Packet
 from compressors.bitpack import BitReader, BitWriter
+from compressors.nonfinite import NONFINITE, mark_rows, nonfinite_rows
 from streams import Streams
 
 
@@ -23,21 +24,28 @@ class Sign(Compressor):
     ``sqrt(d)`` whatever ``||x||``), so no ``omega`` or ``delta`` holds for all ``x``. Methods
     with guarantees need ``scaled-sign``; this one exists for signSGD-style heuristics.
 
-    Bits: ``d``.
+    Bits: ``d``. The code has no symbol for NaN or inf: a row with such an entry is flagged in
+    the in-process packet (a field that does not travel) and decodes to NaN there; rows
+    rebuilt from bytes decode to their signs (``nonfinite_on_wire = False``).
     """
 
     deterministic: ClassVar[bool] = True
     preserves_zero: ClassVar[bool] = False
+    nonfinite_on_wire: ClassVar[bool] = False
 
     def bits(self, d: int) -> int:
         return d
 
     def _encode(self, x_i: torch.Tensor, rng: Streams) -> Packet:
-        return self._packet(x_i, self.bits(x_i.shape[1]), {"signs"}, signs=x_i < 0)
+        fields = {"signs": x_i < 0}
+        bad = nonfinite_rows(x_i)
+        if bad is not None:
+            fields[NONFINITE] = bad  # does not travel: the 1-bit code has no symbol for it
+        return self._packet(x_i, self.bits(x_i.shape[1]), {"signs"}, **fields)
 
     def _decode(self, packet: Packet) -> torch.Tensor:
         signs = packet.fields["signs"]
-        return torch.where(signs, -1.0, 1.0).to(packet.dtype)
+        return mark_rows(torch.where(signs, -1.0, 1.0).to(packet.dtype), packet.fields)
 
     def _write(self, packet: Packet, w: BitWriter) -> None:
         w.bools(packet.fields["signs"])

@@ -27,9 +27,13 @@ def top_k_indices(a: torch.Tensor, k: int) -> torch.Tensor:
 
     Ties at the threshold go to the lower index, on every device: ``torch.topk`` alone leaves
     the order of equal values unspecified, and binary data (mushrooms) produces exact ties.
+    NaN ranks as inf, so a row's NaN and inf entries are kept (:mod:`compressors.nonfinite`).
     """
     m, d = a.shape
     tau = torch.topk(a, k, dim=1, sorted=False).values.min(dim=1, keepdim=True).values
+    if bool(tau.isnan().any()):  # NaN ranks above everything, as inf (and as the kernel ranks it)
+        a = torch.nan_to_num(a, nan=torch.inf, posinf=torch.inf)
+        tau = torch.topk(a, k, dim=1, sorted=False).values.min(dim=1, keepdim=True).values
     above = a > tau
     at = a == tau
     room = k - above.sum(dim=1, keepdim=True)

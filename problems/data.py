@@ -6,7 +6,21 @@
 * scikit-learn's bundled sets: ``breast-cancer`` (binary), ``digits`` (10 classes),
   ``digits-binary`` (0-4 vs 5-9), ``wine`` (3 classes), ``wine-binary`` (class 0 vs 1-2);
 * ``libsvm:PATH``: any LIBSVM/svmlight file, read with scikit-learn's loader;
-* ``a9a``, ``mushrooms``, ``phishing``, ``w8a``: shortcuts for ``libsvm:$COMPZOO_DATA/NAME.txt``.
+* ``a9a``, ``mushrooms``, ``phishing``, ``w8a``: shortcuts for ``libsvm:$COMPZOO_DATA/NAME.txt``
+  (or ``$COMPZOO_DATA/libsvm/NAME.txt``).
+
+LIBSVM files: one sample per line, ``LABEL INDEX:VALUE ...``, ``#`` starts a comment, blank lines
+are skipped. Feature indices are 1-based, as LIBSVM defines them, and increase along a line:
+index 0 is refused (naming the line) unless the data option ``index_base=0`` says the file is
+zero-based; the file is never re-based by guessing. Feature ``j`` becomes column
+``j - index_base``, so ``d`` is the largest index minus ``index_base`` plus one. The data
+options are ``--problem-opt index_base=0`` for the runner and ``--index-base 0`` for
+``python -m problems`` (likewise ``max_dense_gib``). Refused before anything is built, each
+with the file, the line and the value: a line that is not ``LABEL INDEX:VALUE ...``, a
+non-numeric or non-finite label or value, a non-increasing index, a file whose dense
+``N x d`` float64 design would exceed ``max_dense_gib`` GiB (data option, default 4: a single
+stray index such as 99999999 would otherwise make ``d`` absurd), an empty, binary or missing
+file, and a directory.
 
 Labels: with exactly two distinct values the smaller maps to -1 and the larger to +1 (LIBSVM's
 {0, 1} and {1, 2} as DESIGN.md pins it); more values are kept as they are (classes, or targets
@@ -102,21 +116,133 @@ def _sklearn(name: str):
     return X, y
 
 
-def _libsvm(path: str, problem: str):
+def _libsvm(path: str, problem: str, index_base: int = 1, max_dense_gib: float = 4.0):
+    """Read a LIBSVM file into CSR features and labels, refusing bad files with a message that
+    names the file, the line and the value (see the module docstring for the rules)."""
     from sklearn.datasets import load_svmlight_file
 
+    if index_base not in (0, 1):
+        raise ValueError(f"{problem}: index_base must be 1 (LIBSVM) or 0, got {index_base!r}")
+    if not max_dense_gib > 0:
+        raise ValueError(f"{problem}: max_dense_gib must be > 0, got {max_dense_gib!r}")
+    if not path:
+        raise ValueError(f"{problem}: libsvm: needs a file path, as in libsvm:PATH")
     p = Path(path).expanduser()
+    where = f"LIBSVM file {path!r}"
+    if p.is_dir():
+        raise ValueError(f"{problem}: {where} is a directory; libsvm:PATH needs a file")
     if not p.is_file():
         raise ValueError(f"{problem}: dataset file {path!r} not found")
     try:
-        X, y = load_svmlight_file(str(p), dtype=np.float64)
+        with p.open("rb") as f:
+            head = f.read(1 << 16)
+    except OSError as e:
+        raise ValueError(f"{problem}: cannot read {where}: {e.strerror or e}") from e
+    if b"\0" in head:
+        raise ValueError(f"{problem}: {where} is a binary file, not LIBSVM text (label i:v ...)")
+    try:
+        X, y = load_svmlight_file(str(p), dtype=np.float64, zero_based=True)
     except (ValueError, UnicodeDecodeError, OSError) as e:
-        raise ValueError(f"{problem}: cannot parse LIBSVM file {path!r}: {e}") from e
-    if X.shape[0] == 0 or X.shape[1] == 0:
-        raise ValueError(f"{problem}: LIBSVM file {path!r} has no samples or no features")
-    if not np.all(np.isfinite(X.data)) or not np.all(np.isfinite(y)):
-        raise ValueError(f"{problem}: LIBSVM file {path!r} holds non-finite values")
-    return sp.csr_matrix(X), y
+        line, why = _first_bad_line(p, index_base)
+        if line:
+            raise ValueError(f"{problem}: {where}, line {line}: {why}") from e
+        raise ValueError(f"{problem}: cannot parse {where}: {e}") from e
+    if X.shape[0] == 0:
+        raise ValueError(f"{problem}: {where} has no samples (no data lines)")
+    if X.nnz == 0:
+        raise ValueError(f"{problem}: {where} has no features (every line is a label alone)")
+    X = sp.csr_matrix(X)
+    row_of = np.repeat(np.arange(X.shape[0]), np.diff(X.indptr))  # the row of each stored entry
+    if int(X.indices.min()) < index_base:
+        r = int(row_of[int(np.argmax(X.indices < index_base))])
+        raise ValueError(
+            f"{problem}: {where}, line {_line_of_row(p, r)}: feature index 0, but LIBSVM indices "
+            f"start at 1; for a zero-based file pass --problem-opt index_base=0 (runner) or "
+            f"--index-base 0 (python -m problems)"
+        )
+    top = int(X.indices.max())
+    d = top - index_base + 1
+    need = X.shape[0] * d * 8
+    if need > max_dense_gib * 2**30:
+        r = int(row_of[int(np.argmax(X.indices))])
+        raise ValueError(
+            f"{problem}: {where}, line {_line_of_row(p, r)}: feature index {top} makes "
+            f"d = {d}, and the dense {X.shape[0]} x {d} float64 design would need "
+            f"{_gib(need)}; allowed: {_gib(max_dense_gib * 2**30)} (data option max_dense_gib: "
+            f"--problem-opt max_dense_gib=G, or --max-dense-gib G for python -m problems)"
+        )
+    bad = ~np.isfinite(X.data)
+    if bad.any():
+        k = int(np.argmax(bad))
+        raise ValueError(
+            f"{problem}: {where}, line {_line_of_row(p, int(row_of[k]))}: value {X.data[k]} of "
+            f"feature {int(X.indices[k])} is not finite; allowed: finite numbers"
+        )
+    if not np.all(np.isfinite(y)):
+        r = int(np.argmax(~np.isfinite(y)))
+        raise ValueError(
+            f"{problem}: {where}, line {_line_of_row(p, r)}: label {y[r]} is not finite; "
+            f"allowed: finite numbers"
+        )
+    X = sp.csr_matrix((X.data, X.indices - index_base, X.indptr), shape=(X.shape[0], d))
+    return X, y
+
+
+def _gib(nbytes: float) -> str:
+    return f"{nbytes / 2**30:.3g} GiB"
+
+
+def _data_lines(p: Path):
+    """``(line number, tokens)`` of each data line, as scikit-learn's reader counts rows: text
+    after ``#`` is a comment, and lines with nothing else are skipped."""
+    with p.open("rb") as f:
+        for no, raw in enumerate(f, start=1):
+            tokens = raw.split(b"#", 1)[0].split()
+            if tokens:
+                yield no, tokens
+
+
+def _line_of_row(p: Path, row: int) -> int:
+    for i, (no, _) in enumerate(_data_lines(p)):
+        if i == row:
+            return no
+    return 0
+
+
+def _first_bad_line(p: Path, index_base: int) -> tuple[int, str]:
+    """The first line of a LIBSVM file that breaks the format and what is wrong with it (the
+    slow, exact scan behind a failed fast parse); ``(0, "")`` if none is found."""
+    for no, tokens in _data_lines(p):
+        label = tokens[0].decode(errors="replace")
+        try:
+            float(label)
+        except ValueError:
+            return no, f"label {label!r} is not a number; expected: LABEL INDEX:VALUE ..."
+        last = index_base - 1
+        for tok in tokens[1:]:
+            text = tok.decode(errors="replace")
+            idx, colon, val = text.partition(":")
+            if idx == "qid":
+                continue
+            if not colon:
+                return no, f"{text!r} is not INDEX:VALUE"
+            try:
+                j = int(idx)
+            except ValueError:
+                return no, f"feature index {idx!r} in {text!r} is not an integer"
+            try:
+                float(val)
+            except ValueError:
+                return no, f"value {val!r} in {text!r} is not a number"
+            if j < index_base:
+                return no, f"feature index {j} in {text!r}; allowed: integers >= {index_base}"
+            if j <= last:
+                return no, (
+                    f"feature index {j} in {text!r} after index {last}; indices must increase "
+                    "along a line"
+                )
+            last = j
+    return 0, ""
 
 
 def _named(name: str, problem: str) -> str:
@@ -124,12 +250,21 @@ def _named(name: str, problem: str) -> str:
     if not root:
         raise ValueError(
             f"{problem}: dataset {name!r} is looked up in $COMPZOO_DATA, which is not set; "
-            f"set it or pass libsvm:PATH"
+            f"set it to the folder holding {name}.txt or pass libsvm:PATH"
         )
-    for cand in (Path(root) / f"{name}.txt", Path(root) / "libsvm" / f"{name}.txt"):
+    if not Path(root).is_dir():
+        raise ValueError(
+            f"{problem}: dataset {name!r}: COMPZOO_DATA={root!r} is not a folder; set it to "
+            f"the folder holding {name}.txt or pass libsvm:PATH"
+        )
+    cands = (Path(root) / f"{name}.txt", Path(root) / "libsvm" / f"{name}.txt")
+    for cand in cands:
         if cand.is_file():
             return str(cand)
-    raise ValueError(f"{problem}: dataset {name!r} not found under COMPZOO_DATA={root!r}")
+    raise ValueError(
+        f"{problem}: dataset {name!r} not found under COMPZOO_DATA={root!r} (looked for "
+        f"{' and '.join(str(c) for c in cands)})"
+    )
 
 
 def scale_features(X: np.ndarray | sp.csr_matrix, scale: str) -> np.ndarray | sp.csr_matrix:
@@ -171,6 +306,8 @@ def load_tabular(
     density: float = 0.2,
     label_noise: float = 0.05,
     scale: str = "none",
+    index_base: int = 1,
+    max_dense_gib: float = 4.0,
 ) -> Dataset:
     """Load the data set named by ``spec`` (see the module docstring), rows in file order.
 
@@ -185,9 +322,9 @@ def load_tabular(
     elif spec in TABULAR:
         X, y = _sklearn(spec)
     elif spec.startswith("libsvm:"):
-        X, y = _libsvm(spec.removeprefix("libsvm:"), problem)
+        X, y = _libsvm(spec.removeprefix("libsvm:"), problem, index_base, max_dense_gib)
     elif spec in NAMED_LIBSVM:
-        X, y = _libsvm(_named(spec, problem), problem)
+        X, y = _libsvm(_named(spec, problem), problem, index_base, max_dense_gib)
     else:
         allowed = ", ".join((*TABULAR, *NAMED_LIBSVM, "libsvm:PATH"))
         raise ValueError(f"{problem}: unknown dataset {spec!r}; allowed: {allowed}")

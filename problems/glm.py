@@ -45,6 +45,8 @@ DATA_KNOBS: dict[str, tuple[Any, str]] = {
     "density": (0.2, "fraction of nonzero entries of the synthetic data set"),
     "label_noise": (0.05, "probability of flipping a synthetic label"),
     "scale": ("none", "feature scaling: none, standard, maxabs, rownorm"),
+    "index_base": (1, "first feature index of a LIBSVM file: 1 (LIBSVM) or 0 (zero-based)"),
+    "max_dense_gib": (4.0, "refuse a LIBSVM file whose dense N x d float64 design exceeds this"),
 }
 
 

@@ -85,3 +85,14 @@ def test_table_cli_lists_every_compressor_and_rejects_bad_input():
         [sys.executable, "-m", "compressors", "--spec", "topk:k=0"], capture_output=True, text=True
     )
     assert bad.returncode == 2 and "k must be a positive integer" in bad.stderr
+
+
+def test_table_cli_progress_goes_to_stderr_unless_quiet(capsys):
+    from compressors.__main__ import main
+
+    assert main(["--dim", "100", "--no-measure"]) == 0
+    out, err = capsys.readouterr()
+    assert "compressors: 100%" in err and "topk" in out and "compressors:" not in out
+    assert main(["--dim", "100", "--no-measure", "--quiet"]) == 0
+    out, err = capsys.readouterr()
+    assert err == "" and "topk" in out

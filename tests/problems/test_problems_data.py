@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -49,7 +51,7 @@ def test_missing_and_malformed_files_name_the_file(tmp_path):
     with pytest.raises(ValueError, match="logreg-nonconvex: dataset file '.*nope.txt' not found"):
         make_problem("logreg-nonconvex", dataset=f"libsvm:{tmp_path}/nope.txt")
     bad = write(tmp_path, "1 1:0.5 2\n-1 x:y\n", "bad.txt")
-    with pytest.raises(ValueError, match="logreg: cannot parse LIBSVM file '.*bad.txt'"):
+    with pytest.raises(ValueError, match="logreg: LIBSVM file '.*bad.txt', line 1: '2' is not"):
         make_problem("logreg", dataset=f"libsvm:{bad}")
     empty = write(tmp_path, "", "empty.txt")
     with pytest.raises(ValueError, match="empty.txt"):
@@ -58,6 +60,73 @@ def test_missing_and_malformed_files_name_the_file(tmp_path):
         make_problem("logreg", dataset="mnist")
     with pytest.raises(ValueError, match="COMPZOO_DATA"):
         make_problem("logreg", dataset="a9a")
+
+
+def test_libsvm_indices_are_one_based_unless_told(tmp_path):
+    path = write(tmp_path, "1 1:1\n# a comment line\n\n-1 0:2 3:1\n")
+    with pytest.raises(ValueError, match=r"line 4: feature index 0, but LIBSVM indices start at 1"):
+        load_tabular(f"libsvm:{path}", "logreg")
+    ds = load_tabular(f"libsvm:{path}", "logreg", index_base=0)
+    np.testing.assert_array_equal(ds.X.toarray(), [[0, 1, 0, 0], [2, 0, 0, 1]])
+    one_based = write(tmp_path, "1 1:1\n-1 3:2\n", "one.txt")
+    one = load_tabular(f"libsvm:{one_based}", "logreg")
+    np.testing.assert_array_equal(one.X.toarray(), [[1, 0, 0], [0, 0, 2]])
+    with pytest.raises(ValueError, match="index_base must be 1 .LIBSVM. or 0, got 2"):
+        load_tabular(f"libsvm:{path}", "logreg", index_base=2)
+
+
+def test_libsvm_stray_index_is_refused_before_allocating(tmp_path):
+    rows = "".join(f"{1 if i % 2 else -1} 1:1\n" for i in range(63)) + "1 99999999:1\n"
+    path = write(tmp_path, rows)
+    t0 = time.perf_counter()
+    with pytest.raises(
+        ValueError, match=r"line 64: feature index 99999999 .* would need 47.7 GiB; allowed: 4 GiB"
+    ):
+        make_problem("logreg", dataset=f"libsvm:{path}", nodes=2)
+    assert time.perf_counter() - t0 < 5.0
+    small = write(tmp_path, "1 1:1\n-1 2:1\n", "small.txt")
+    with pytest.raises(ValueError, match=r"line 2: feature index 2 .*allowed: 1e-08 GiB"):
+        load_tabular(f"libsvm:{small}", "t", max_dense_gib=1e-8)
+    assert load_tabular(f"libsvm:{path}", "t", max_dense_gib=64).X.shape == (64, 99999999)
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ("1 1:1\n-1 2:abc\n", r"line 2: value 'abc' in '2:abc' is not a number"),
+        ("1 1:1\n-1 2 3:1\n", r"line 2: '2' is not INDEX:VALUE"),
+        ("1 1:1\n-1 1.5:1\n", r"line 2: feature index '1.5' in '1.5:1' is not an integer"),
+        ("1 1:1\n-1 3:1 2:1\n", r"line 2: feature index 2 in '2:1' after index 3"),
+        ("1 2:1 2:1\n", r"line 1: feature index 2 in '2:1' after index 2"),
+        ("1 1:1\n1,2 1:1\n", r"line 2: label '1,2' is not a number"),
+        ("1 1:1\n-1 -3:1\n", r"line 2: feature index -3 in '-3:1'; allowed: integers >= 1"),
+        ("1 1:1\n-1 1:inf\n", r"line 2: value inf of feature 1 is not finite"),
+        ("1 1:1\nnan 1:1\n", r"line 2: label nan is not finite"),
+        ("", r"has no samples"),
+        ("1\n-1\n", r"has no features"),
+    ],
+)
+def test_libsvm_malformed_lines_name_the_line(tmp_path, text, match):
+    path = write(tmp_path, text)
+    with pytest.raises(ValueError, match="logreg: LIBSVM file '.*d.txt'.*" + match):
+        load_tabular(f"libsvm:{path}", "logreg")
+
+
+def test_libsvm_paths_that_are_not_text_files(tmp_path, monkeypatch):
+    with pytest.raises(ValueError, match="is a directory; libsvm:PATH needs a file"):
+        load_tabular(f"libsvm:{tmp_path}", "logreg")
+    binary = tmp_path / "b.bin"
+    binary.write_bytes(bytes(range(256)) * 4)
+    with pytest.raises(ValueError, match="b.bin' is a binary file"):
+        load_tabular(f"libsvm:{binary}", "logreg")
+    with pytest.raises(ValueError, match="libsvm: needs a file path"):
+        load_tabular("libsvm:", "logreg")
+    monkeypatch.setenv("COMPZOO_DATA", str(tmp_path / "nowhere"))
+    with pytest.raises(ValueError, match="COMPZOO_DATA='.*nowhere' is not a folder"):
+        load_tabular("a9a", "logreg")
+    monkeypatch.setenv("COMPZOO_DATA", str(tmp_path))
+    with pytest.raises(ValueError, match="'w8a' not found under COMPZOO_DATA=.*looked for"):
+        load_tabular("w8a", "logreg")
 
 
 def test_named_shortcut_reads_compzoo_data(tmp_path, monkeypatch):
