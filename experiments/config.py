@@ -177,8 +177,13 @@ def load_config(source: str | Path | dict, *, ignore: tuple[str, ...] = ()) -> S
         path = Path(source)
         if not path.is_file():
             raise ValueError(f"sweep config {str(path)!r} is not a file")
-        with path.open("rb") as fh:
-            raw = tomllib.load(fh)
+        try:
+            with path.open("rb") as fh:
+                raw = tomllib.load(fh)
+        except OSError as e:
+            raise ValueError(f"sweep config {str(path)!r} cannot be read: {e.strerror}") from None
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+            raise ValueError(f"sweep config {str(path)!r} is not valid TOML: {e}") from None
         default_name = path.stem if path.stem != "config" else path.parent.name
     for key in ignore:
         raw.pop(key, None)

@@ -4,7 +4,7 @@ Sources are run folders (a runner ``--out``) or sweep folders (``experiments.swe
 grouped by ``experiments.select.group_key``; a sweep folder contributes only each group's best
 multiplier (by the sweep's own ``[select]`` unless another is given), plain run folders with
 different multipliers stay separate lines. Each line is the mean over the group's seeds, with a
-band from the minimum to the maximum; y is log-scaled.
+band from the minimum to the maximum.
 
 Averaging over seeds: the seeds' curves are put on one x grid, the union of their logged x
 values within the range every seed covers (no extrapolation). Between logged points a curve is
@@ -19,35 +19,54 @@ uplink bits moved by the collective its compressor needs (all-reduce or all-gath
 ``--workers`` workers at ``--bandwidth`` Gbit/s, by the performance model of
 :func:`systems.model.modeled_run_seconds` (Agarwal et al., MLSys 2022, arXiv 2103.00543); it
 needs ``--bandwidth`` and ``--workers``.
+
+y axis (``--yscale``): log by default; when the plotted values include zeros or negatives (``--y
+f`` of a problem whose minimum is below 0), which a log axis cannot show, it falls back, with a
+warning on stderr, to symlog (values spanning several decades) or linear. Non-finite values
+(a diverged run) are dropped with a note naming the run; the log axis's limits come from the
+finite values, and the axis stops at 1000 times the largest starting value (with a note) when a
+diverging line climbs past it, so that it cannot flatten the others.
+
+Legend: ``label, compressor[, k=v ...]``; a sweep folder's line also names the multiplier its
+``[select]`` rule chose (``step_mult=2, best of 12``, ``at edge`` when the winner is the
+smallest or largest tried). A group in which no multiplier was chosen is drawn at the multiplier
+with the lowest final metric when one finished normally (``step_mult=64 (none reached tol;
+lowest final grad_norm_sq)``: a method that never reached the tolerance still shows its curve),
+and not drawn when every run diverged or failed; a note says which.
+
+Output (``-o``): the suffix names the format (:data:`FORMATS`); without a suffix both
+``FIG.png`` and ``FIG.pdf`` are written.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
 import json
+import logging
+import math
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from experiments.config import Selection, load_config
+from experiments.config import Selection
+from experiments.plot_sources import X_AXES, runs_of, series
 from experiments.select import group_key
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-X_AXES = {
-    "bits": ("bits_up", "bits per node (uplink)"),
-    "iters": ("iter", "iteration"),
-    "time": ("wall_s", "seconds (wall_s)"),
-    "modeled-time": (None, "modeled seconds"),
-}
-# Run arguments that say where or how a run was executed, not what was run.
-_NOT_PARAMS = ("list", "out", "overwrite", "quiet", "resume", "checkpoint_every", "timeout",
-               "backend", "device")  # fmt: skip
+log = logging.getLogger("compzoo.plot")
+
+YSCALES = ("log", "linear", "symlog")
+# Figure formats chosen by the suffix of the output path (matplotlib's backends for them).
+FORMATS = ("png", "pdf", "svg", "jpg", "jpeg", "eps", "ps", "tif", "tiff")
 _LEGEND_SKIP = ("algorithm", "label", "compressor", "seed")
+# Values spanning fewer decades than this are drawn on a linear axis when log cannot show them.
+_LINEAR_SPAN = 100.0
+# The y axis stops at this many times the largest starting value (see _set_yscale).
+_CAP = 1e3
 
 
 def plot(
@@ -60,54 +79,64 @@ def plot(
     bandwidth: float | None = None,
     workers: int | None = None,
     latency: float = 0.0,
+    yscale: str | None = None,
 ) -> Figure:
     """Plot ``y`` against ``x`` for every group of runs in ``sources``.
+
+    Notes (dropped non-finite points, a y-scale fallback, groups without a chosen multiplier)
+    go to the ``compzoo.plot`` logger as warnings.
 
     Args:
         sources: run folders and/or sweep folders.
         x: ``bits``, ``iters``, ``time`` or ``modeled-time``.
         y: a ``history.csv`` column.
-        out: where to save; ``FIG.png`` (or ``FIG.pdf``, or ``FIG``) writes both ``FIG.png``
-            and ``FIG.pdf``.
+        out: where to save: ``FIG.EXT`` writes that format (:data:`FORMATS`); ``FIG`` with no
+            suffix writes ``FIG.png`` and ``FIG.pdf`` (see :func:`output_paths`).
         select: the best-multiplier rule for sweep folders (default: each sweep's own).
         title: the axes title.
         bandwidth: Gbit/s per node for ``x="modeled-time"``.
         workers: the number of workers ``p`` for ``x="modeled-time"``.
         latency: seconds per message for ``x="modeled-time"``.
+        yscale: ``log``, ``linear`` or ``symlog``; ``None`` is log, falling back to symlog or
+            linear (with a warning) when the values include zeros or negatives.
 
     Returns:
         The figure, one line per group, legend ``label, compressor[, k=v ...]`` where the
-        ``k=v`` are the parameters that differ between the plotted groups.
+        ``k=v`` are the parameters that differ between the plotted groups (and, for a sweep
+        folder, the chosen multiplier).
 
     Raises:
-        ValueError: an unknown ``x``, a missing ``y`` column, ``modeled-time`` without
-            ``bandwidth`` and ``workers``, a source that is neither a run nor a sweep folder,
-            or nothing to plot.
+        ValueError: an unknown ``x`` or ``yscale``, an unsupported output suffix, a ``y`` column
+            absent or empty, ``modeled-time`` without ``bandwidth`` and ``workers``, a source
+            that is neither a run nor a sweep folder (or is unreadable), or nothing to plot.
     """
     if x not in X_AXES:
         raise ValueError(f"x must be one of {', '.join(X_AXES)}, got {x!r}")
+    if yscale is not None and yscale not in YSCALES:
+        raise ValueError(f"yscale must be one of {', '.join(YSCALES)}, got {yscale!r}")
     if x == "modeled-time":
         if bandwidth is None or workers is None:
             raise ValueError(
                 "x='modeled-time' needs the systems model (--bandwidth GBPS, Gbit/s per node, "
                 "and --workers P)"
             )
-        if not bandwidth > 0:
-            raise ValueError(f"bandwidth must be > 0 Gbit/s, got {bandwidth!r}")
+        if not (bandwidth > 0 and math.isfinite(bandwidth)):
+            raise ValueError(f"bandwidth must be a finite number > 0 Gbit/s, got {bandwidth!r}")
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
             raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
+    paths = output_paths(out) if out is not None else []
     if not sources:
         raise ValueError("no sources to plot: give run folders or sweep folders")
     groups: dict[tuple, dict[str, Any]] = {}
     for src in sources:
-        for params, run_dir, from_sweep in _runs(Path(src), select):
+        for params, run_dir, chosen in runs_of(Path(src), select):
             key = group_key(params)
-            if from_sweep:  # one multiplier per group: the chosen one, not a parameter
+            if chosen is not None:  # one multiplier per group: the chosen one, not a parameter
                 params = {k: v for k, v in params.items() if k != "step_mult"}
             else:
                 key = (*key, ("step_mult", params.get("step_mult")))
-            g = groups.setdefault(key, {"params": params, "curves": []})
-            g["curves"].append(_curve(run_dir, x, y, (bandwidth, workers, latency)))
+            g = groups.setdefault(key, {"params": params, "curves": [], "chosen": chosen})
+            g["curves"].append(series(run_dir, x, y, (bandwidth, workers, latency)))
     if not groups:
         raise ValueError(f"no finished runs in {', '.join(map(str, sources))}")
 
@@ -120,12 +149,19 @@ def plot(
     fig = Figure(figsize=(6.4, 4.4))
     ax = fig.subplots()
     labels = legend_labels([g["params"] for g in groups.values()])
+    shown, starts = [], []
     for g, label in zip(groups.values(), labels, strict=True):
         grid, mean, lo, hi = average(g["curves"])
-        (line,) = ax.plot(grid, mean, label=label)
+        if not len(grid):
+            log.warning("%s: no finite %s values to draw", label, y)
+        (line,) = ax.plot(grid, mean, label=label + _chosen_text(g["chosen"]))
+        shown += [mean]
+        starts += [abs(mean[0])] if len(mean) else []
         if len(g["curves"]) > 1:
             ax.fill_between(grid, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
-    ax.set_yscale("log")
+            shown += [lo, hi]
+    with np.errstate(over="ignore"):  # autoscaling to a huge diverged value, undone below
+        _set_yscale(ax, y, np.concatenate(shown), yscale, max(starts, default=0.0))
     xlabel = X_AXES[x][1]
     if x == "modeled-time":
         xlabel = f"modeled seconds ({workers} workers at {bandwidth:g} Gbit/s)"
@@ -136,12 +172,88 @@ def plot(
     ax.legend(fontsize="small")
     ax.grid(True, which="major", alpha=0.3)
     fig.tight_layout()
-    if out is not None:
-        stem = _stem(out)
-        stem.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(stem.parent / (stem.name + ".png"), dpi=150)
-        fig.savefig(stem.parent / (stem.name + ".pdf"))
+    for path in paths:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=150)
     return fig
+
+
+def output_paths(out: str | Path) -> list[Path]:
+    """The files ``out`` names: itself when its suffix is one of :data:`FORMATS`, ``out.png``
+    and ``out.pdf`` when it has no suffix.
+
+    Raises:
+        ValueError: another suffix.
+    """
+    out = Path(out)
+    if not out.name or out.name in (".", ".."):
+        raise ValueError(f"output {str(out)!r} names a folder, not a figure file (e.g. fig.png)")
+    suffix = out.suffix.lower().lstrip(".")
+    if not suffix:
+        return [out.with_name(out.name + ".png"), out.with_name(out.name + ".pdf")]
+    if suffix not in FORMATS:
+        raise ValueError(
+            f"unsupported figure format {out.suffix!r} in {str(out)!r}; allowed suffixes: "
+            + ", ".join("." + f for f in FORMATS)
+            + " (no suffix: both .png and .pdf)"
+        )
+    return [out]
+
+
+def _set_yscale(ax, y: str, values: np.ndarray, wanted: str | None, start: float) -> None:
+    """The y scale and limits (see the module doc): on a log axis the limits span the finite
+    positive values; on any axis the top stops at :data:`_CAP` times ``start`` (the largest
+    starting value) when lines climb past it."""
+    v = values[np.isfinite(values)]
+    scale = wanted or "log"
+    nonpos = int(np.sum(v <= 0))
+    if nonpos and wanted is None:
+        mag = np.abs(v[v != 0])
+        if len(mag) == 0 or mag.max() / mag.min() < _LINEAR_SPAN:
+            scale = "linear"
+        else:
+            scale = "symlog"
+        log.warning(
+            "%s has values <= 0 (smallest %.4g), which a log y axis cannot show; using a %s "
+            "y axis instead (choose one with --yscale %s)",
+            y, v.min(), scale, "|".join(YSCALES),
+        )  # fmt: skip
+    elif nonpos and scale == "log":
+        log.warning("%d plotted %s value(s) <= 0 are not shown on the log y axis", nonpos, y)
+    if scale == "symlog":
+        mag = np.abs(v[v != 0])
+        ax.set_yscale("symlog", linthresh=float(mag.min()) if len(mag) else 1.0)
+    else:
+        ax.set_yscale(scale)
+    top = _CAP * start if start > 0 and len(v) and v.max() > _CAP * start else None
+    if top is not None:
+        log.warning(
+            "%s reaches %.3g; the y axis stops at %.3g (%g times the largest starting value): "
+            "the lines above it leave the frame",
+            y, v.max(), top, _CAP,
+        )  # fmt: skip
+    pos = v[(v > 0) & (v <= (top or np.inf))]
+    if scale == "log" and len(pos):
+        lo, hi = np.log10(pos.min()), np.log10(top or pos.max())
+        pad = max(0.05 * (hi - lo), 0.1)
+        ax.set_ylim(10 ** max(lo - pad, -300.0), top or 10 ** min(hi + pad, 300.0))
+    elif top is not None:
+        inside = v[v <= top]
+        lo = inside.min() if len(inside) else 0.0
+        ax.set_ylim(lo - 0.05 * (top - lo), top)
+
+
+def _chosen_text(chosen: dict | None) -> str:
+    if chosen is None:
+        return ""
+    text = f", step_mult={_fmt(float(chosen['step_mult']))}"
+    if chosen.get("fallback"):
+        return f"{text} ({chosen['fallback']}; lowest final {chosen['metric']})"
+    n = int(chosen["n_mults"])
+    if n > 1:
+        edge = str(chosen.get("at_edge")) in ("True", "true", "1")
+        text += f" (best of {n}{', at edge' if edge else ''})"
+    return text
 
 
 def legend_labels(params: list[dict]) -> list[str]:
@@ -192,100 +304,12 @@ def _dedupe(cx: np.ndarray, cy: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Finite points only, x increasing, the last y at a repeated x."""
     keep = np.isfinite(cx) & np.isfinite(cy)
     cx, cy = cx[keep], cy[keep]
+    if not len(cx):
+        return cx, cy
     order = np.argsort(cx, kind="stable")
     cx, cy = cx[order], cy[order]
     last = np.append(cx[1:] != cx[:-1], True)
     return cx[last], cy[last]
-
-
-def _runs(src: Path, select: Selection | None):
-    """``(params, run_dir, from_sweep)`` for each run to plot from one source folder."""
-    if (src / "sweep.json").is_file():
-        from experiments.select import best
-        from experiments.sweep import read_summary, table
-
-        cfg = load_config(json.loads((src / "sweep.json").read_text()))
-        sel = select or cfg.select
-        by_id = {s.run_id: s for s in cfg.runs()}
-        for row in best(table(cfg, src, sel), sel):
-            for run_id in row["run_ids"].split(";"):
-                run_dir = src / "runs" / run_id
-                if read_summary(run_dir) is not None:
-                    yield by_id[run_id].params, run_dir, True
-        return
-    if (src / "config.json").is_file() and (src / "history.csv").is_file():
-        yield _run_params(src), src, False
-        return
-    raise ValueError(
-        f"{str(src)!r} is neither a run folder (config.json, history.csv) nor a sweep folder "
-        "(sweep.json)"
-    )
-
-
-def _run_params(run_dir: Path) -> dict:
-    """A lone run's parameters by flag name, from its ``config.json``."""
-    config = json.loads((run_dir / "config.json").read_text())
-    args = config.get("args", {})
-    params: dict[str, Any] = {"algorithm": config.get("algorithm", args.get("algorithm"))}
-    params["label"] = params["algorithm"]
-    for k, v in args.items():
-        if k in _NOT_PARAMS or k == "algorithm" or v is None or v == []:
-            continue
-        name = "lambda" if k == "lam" else k.removeprefix("opt_")
-        params[name] = tuple(v) if isinstance(v, list) else v
-    return params
-
-
-def _curve(run_dir: Path, x: str, y: str, net: tuple):
-    with (run_dir / "history.csv").open(newline="") as fh:
-        rows = list(csv.DictReader(fh))
-    have = list(rows[0]) if rows else []
-    need = [y] + (["bits_up", "t_compute", "t_encode", "t_decode"] if x == "modeled-time"
-                  else [X_AXES[x][0]])  # fmt: skip
-    for col in need:
-        if col not in have:
-            raise ValueError(
-                f"column {col!r} is not in {run_dir / 'history.csv'}; have: {', '.join(have)}"
-            )
-    ys = _column(rows, y)
-    if x == "modeled-time":
-        xs = _modeled_seconds(run_dir, rows, *net)
-    else:
-        xs = _column(rows, X_AXES[x][0])
-    return xs, ys
-
-
-def _modeled_seconds(run_dir: Path, rows: list[dict], bandwidth, workers, latency):
-    from compressors.registry import parse_spec
-    from systems.measure import collective_of
-    from systems.model import modeled_run_seconds
-
-    cfg = json.loads((run_dir / "config.json").read_text())
-    args = cfg.get("args", {})
-    spec = args.get("compressor") or cfg["compressor"]["spec"]
-    held = 1 if cfg.get("world_size") else int(args.get("nodes") or 1)
-    cols = {c: np.nan_to_num(_column(rows, c)) for c in ("t_compute", "t_encode", "t_decode")}
-    return modeled_run_seconds(
-        _column(rows, "iter"),
-        _column(rows, "bits_up"),
-        cols["t_compute"],
-        cols["t_encode"],
-        cols["t_decode"],
-        bandwidth,
-        workers,
-        collective_of(parse_spec(spec)),
-        alpha=latency,
-        held=held,
-    )
-
-
-def _column(rows: list[dict], col: str) -> np.ndarray:
-    return np.array([float(r[col]) if r.get(col) not in (None, "") else np.nan for r in rows])
-
-
-def _stem(out: str | Path) -> Path:
-    out = Path(out)
-    return out.with_suffix("") if out.suffix.lower() in (".png", ".pdf") else out
 
 
 def _fmt(v: Any) -> str:
@@ -298,12 +322,17 @@ def _fmt(v: Any) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
-        prog="python -m experiments.plot", description="Plot runs and sweeps (log y)."
+        prog="python -m experiments.plot", description="Plot runs and sweeps."
     )
     ap.add_argument("dirs", nargs="+", help="run folders and/or sweep folders")
     ap.add_argument("--x", default="bits", choices=list(X_AXES), help="x axis")
     ap.add_argument("--y", default="grad_norm_sq", help="a history.csv column")
-    ap.add_argument("-o", "--out", required=True, help="FIG.png (a .pdf is written next to it)")
+    ap.add_argument("--yscale", default=None, choices=list(YSCALES),
+                    help="y axis scale (default: log, or symlog/linear with a warning when the "
+                    "values include zeros or negatives)")  # fmt: skip
+    ap.add_argument("-o", "--out", required=True,
+                    help=f"the figure: FIG.EXT with EXT one of {', '.join(FORMATS)}; "
+                    "FIG without a suffix writes FIG.png and FIG.pdf")  # fmt: skip
     ap.add_argument("--title", default=None)
     ap.add_argument("--bandwidth", type=float, default=None, metavar="GBPS",
                     help="Gbit/s per node, for --x modeled-time")  # fmt: skip
@@ -314,18 +343,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--metric", default=None, help="selection metric (a history column)")
     ap.add_argument("--tol", type=float, default=None, help="selection tolerance")
     args = ap.parse_args(argv)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("warning: %(message)s"))
+    log.addHandler(handler)
+    log.propagate = False
     try:
         select = None
         if args.select_rule or args.metric or args.tol is not None:
             rule = args.select_rule or ("bits_to_tol" if args.tol is not None else "min_final")
             select = Selection(rule=rule, metric=args.metric or "grad_norm_sq", tol=args.tol)
         plot(args.dirs, x=args.x, y=args.y, out=args.out, select=select, title=args.title,
-             bandwidth=args.bandwidth, workers=args.workers)  # fmt: skip
+             bandwidth=args.bandwidth, workers=args.workers, yscale=args.yscale)  # fmt: skip
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    stem = _stem(args.out)
-    print(f"wrote {stem}.png and {stem}.pdf")
+    except OSError as e:
+        print(f"error: cannot write the figure {args.out!r}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    finally:
+        log.removeHandler(handler)
+        log.propagate = True
+    print("wrote " + " and ".join(map(str, output_paths(args.out))))
     return 0
 
 

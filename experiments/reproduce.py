@@ -33,7 +33,8 @@ smallest and largest value over the seeds and how many seeds reached the toleran
 
 The command runs the sweep (:func:`experiments.sweep.run_sweep`) into ``OUT`` (default
 ``runs/reproduce/NAME``, with ``-quick`` and the data set's name appended when they apply),
-draws ``OUT/figure.png`` (and ``.pdf``), writes ``OUT/verdict.json`` and prints the verdict.
+draws ``OUT/figure.png`` (and ``.pdf``), writes ``OUT/verdict.json``, prints the verdict and
+where it wrote the figure, the verdict and the runs.
 
 Exit status: 0 the claim holds, or the data is absent (skipped, with a message); 1 it fails (a
 legitimate finding, not an error); 2 bad input.
@@ -50,8 +51,10 @@ import logging
 import math
 import os
 import shlex
+import shutil
 import statistics
 import sys
+import textwrap
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -136,8 +139,9 @@ def available() -> list[str]:
 
 
 def libsvm_dir() -> Path:
-    """Where the LIBSVM sets are read: ``$COMPZOO_LIBSVM_DIR`` or ``../shared/data/libsvm``."""
-    env = os.environ.get(LIBSVM_ENV)
+    """Where the LIBSVM sets are read: ``$COMPZOO_LIBSVM_DIR``, else ``$COMPZOO_DATA`` (the
+    folder the runner's ``--dataset a9a`` shortcuts read), else ``../shared/data/libsvm``."""
+    env = os.environ.get(LIBSVM_ENV) or os.environ.get("COMPZOO_DATA")
     return Path(env) if env else ROOT.parent / "shared" / "data" / "libsvm"
 
 
@@ -306,9 +310,13 @@ def load_paper(name: str, quick: bool = False, dataset: str | None = None) -> Pa
 
 def default_out(paper: Paper) -> Path:
     """``runs/reproduce/NAME[-quick][-DATASET]``: one resumable folder per version."""
-    tag = paper.name + ("-quick" if paper.quick else "")
-    if paper.dataset is not None:
-        stem = Path(paper.dataset.removeprefix("libsvm:")).stem
+    return _default_out(paper.name, paper.quick, paper.dataset)
+
+
+def _default_out(name: str, quick: bool, dataset: str | None) -> Path:
+    tag = name + ("-quick" if quick else "")
+    if dataset is not None:
+        stem = Path(dataset.removeprefix("libsvm:")).stem
         tag += "-" + "".join(c if c.isalnum() or c in "-_." else "_" for c in stem)
     return Path("runs") / "reproduce" / tag
 
@@ -604,9 +612,7 @@ def reproduce(
 
     selection = Selection(rule="bits_to_tol", metric=claim.metric, tol=claim.tol)
     title = f"{paper.name}{' (quick)' if quick else ''}"
-    fig = plot(
-        [out], x="bits", y=claim.metric, out=out / "figure.png", select=selection, title=title
-    )
+    fig = plot([out], x="bits", y=claim.metric, out=out / "figure", select=selection, title=title)
     import matplotlib.pyplot as plt
 
     plt.close(fig)
@@ -718,15 +724,18 @@ def _summary_line(verdict: dict[str, Any]) -> str:
 
 
 def _listing() -> str:
-    lines = []
-    for name in available():
+    """The ``--list`` text: each reproduction's claim and its recorded verdicts, wrapped at the
+    terminal's width between words (a statement is never cut)."""
+    names = available()
+    pad = max([18, *(len(n) + 2 for n in names)])
+    lines: list[tuple[str, str]] = []  # (first column, text)
+    for name in names:
         try:
-            claim = load_paper(name).claim
-            lines.append(f"{name:<18}{claim.statement}")
+            lines.append((name, load_paper(name).claim.statement))
         except DataMissing as exc:
-            lines.append(f"{name:<18}({exc})")
+            lines.append((name, f"({exc})"))
         except (ValueError, OSError, tomllib.TOMLDecodeError) as exc:
-            lines.append(f"{name:<18}(broken config: {exc})")
+            lines.append((name, f"(broken config: {exc})"))
         rec = recorded(name)
         if rec is None or not rec["runs"]:
             try:
@@ -734,15 +743,32 @@ def _listing() -> str:
                 quick = f"; quick version only: {'holds' if gold.get('holds') else 'FAILS'}"
             except (OSError, ValueError):
                 quick = ""
-            lines.append(f"{'':<18}verdict: no full run recorded (no results.json){quick}")
+            lines.append(("", f"verdict: no full run recorded (no results.json){quick}"))
             continue
         for entry in rec["runs"].values():
             v = entry.get("verdict", {})
             lines.append(
-                f"{'':<18}verdict: {'holds' if v.get('holds') else 'FAILS'} "
-                f"({_summary_line(v)}); {v.get('runs')} runs, recorded {entry.get('recorded')}"
-            )
-    return "\n".join(lines) + "\n"
+                ("", f"verdict: {'holds' if v.get('holds') else 'FAILS'} ({_summary_line(v)}); "
+                     f"{v.get('runs')} runs, recorded {entry.get('recorded')}")
+            )  # fmt: skip
+    width = max(shutil.get_terminal_size(fallback=(100, 24)).columns, pad + 40)
+    out = []
+    for first, text in lines:
+        out += textwrap.wrap(
+            text, width, initial_indent=f"{first:<{pad}}", subsequent_indent=" " * pad,
+            break_long_words=False, break_on_hyphens=False,
+        ) or [first]  # fmt: skip
+    return "\n".join(out) + "\n"
+
+
+def _written(out: Path, verdict: dict[str, Any]) -> str:
+    """Where a reproduction's outputs went, one line each."""
+    return (
+        f"figure:  {out / 'figure.png'} (and .pdf)\n"
+        f"verdict: {out / 'verdict.json'}\n"
+        f"runs:    {out / 'runs'} ({verdict['runs']} runs; tables {out / 'summary.csv'}, "
+        f"{out / 'best.csv'})\n"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -773,10 +799,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.record and args.quick:
         sys.stderr.write("error: --record records a full run: not with --quick\n")
         return EXIT_BAD_INPUT
+    out = (
+        Path(args.out)
+        if args.out is not None
+        else _default_out(args.name, args.quick, args.dataset)
+    )
     try:
         verdict = reproduce(
             args.name,
-            out=args.out,
+            out=out,
             jobs=args.jobs,
             quick=args.quick,
             dataset=args.dataset,
@@ -788,7 +819,12 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return EXIT_BAD_INPUT
+    except OSError as exc:
+        where = f" {exc.filename!r}" if exc.filename else ""
+        sys.stderr.write(f"error: cannot write{where}: {exc.strerror or exc}\n")
+        return EXIT_BAD_INPUT
     sys.stdout.write(verdict_table(verdict) + "\n")
+    sys.stdout.write(_written(out, verdict))
     if args.write_golden:
         golden.write_text(json.dumps(golden_record(verdict), indent=2) + "\n")
         sys.stdout.write(f"golden record written to {golden}\n")

@@ -14,7 +14,10 @@ score wins (ties go to the smaller multiplier, the safer step):
   runner had that status.
 
 A winner at either end of the tried multipliers is flagged (``at_edge``): the papers then extend
-the grid, since the true optimum may lie outside it.
+the grid, since the true optimum may lie outside it. A group where every multiplier scores
+``+inf`` has no winner: its ``step_mult`` is empty and its ``status`` says why (``all
+diverged``, ``all failed``, ``none reached tol``, ``no finite METRIC``, ``none finished``); a
+group with a winner has status ``chosen``.
 """
 
 from __future__ import annotations
@@ -121,13 +124,16 @@ def best(table: list[dict], selection: Selection) -> list[dict]:
 
     Returns:
         Rows in order of each group's first run: the group's parameters, then ``step_mult``
-        (the winner), ``rule``, ``metric``, ``select_tol``, ``value`` (its mean over seeds),
-        ``n_mults`` (multipliers tried), ``n_seeds`` (runs averaged for the winner),
-        ``at_edge`` (winner at the smallest or largest multiplier tried) and ``run_ids`` (the
-        winner's runs, joined by ``;``).
+        (the winner), ``status`` (``chosen``, or why there is no winner: see the module doc),
+        ``rule``, ``metric``, ``select_tol``, ``value`` (its mean over seeds), ``n_mults``
+        (multipliers tried), ``n_seeds`` (runs averaged for the winner), ``at_edge`` (winner at
+        the smallest or largest multiplier tried) and ``run_ids`` (the winner's runs, joined by
+        ``;``). Without a winner, ``step_mult``, ``value``, ``n_seeds``, ``at_edge`` and
+        ``run_ids`` are ``None`` (empty in a CSV).
     """
     groups: dict[tuple, dict[float, list[tuple[float, str]]]] = {}
     params_of: dict[tuple, dict] = {}
+    statuses: dict[tuple, list[str]] = {}
     for row in table:
         key = group_key(row)
         params_of.setdefault(key, dict(key))
@@ -135,26 +141,45 @@ def best(table: list[dict], selection: Selection) -> list[dict]:
         groups.setdefault(key, {}).setdefault(mult, []).append(
             (run_score(row, selection), str(row["run_id"]))
         )
+        statuses.setdefault(key, []).append(str(row.get("status", "")))
     out = []
     for key, by_mult in groups.items():
         scored = sorted((_mean([s for s, _ in runs]), m) for m, runs in by_mult.items())
         value, mult = scored[0]
         mults = sorted(by_mult)
+        common = {"rule": selection.rule, "metric": selection.metric, "select_tol": selection.tol}
+        if math.isinf(value):
+            out.append(
+                {**params_of[key], "step_mult": None,
+                 "status": _no_winner(statuses[key], selection), **common, "value": None,
+                 "n_mults": len(mults), "n_seeds": None, "at_edge": None, "run_ids": None}
+            )  # fmt: skip
+            continue
         out.append(
-            {
-                **params_of[key],
-                "step_mult": mult,
-                "rule": selection.rule,
-                "metric": selection.metric,
-                "select_tol": selection.tol,
-                "value": value,
-                "n_mults": len(mults),
-                "n_seeds": len(by_mult[mult]),
-                "at_edge": mult in (mults[0], mults[-1]),
-                "run_ids": ";".join(r for _, r in by_mult[mult]),
-            }
-        )
+            {**params_of[key], "step_mult": mult, "status": "chosen", **common, "value": value,
+             "n_mults": len(mults), "n_seeds": len(by_mult[mult]),
+             "at_edge": mult in (mults[0], mults[-1]),
+             "run_ids": ";".join(r for _, r in by_mult[mult])}
+        )  # fmt: skip
     return out
+
+
+def _no_winner(statuses: list[str], selection: Selection) -> str:
+    """Why no multiplier of a group scores: what its runs have in common."""
+    unstable = ("diverged", "unstable")
+    if all(s in unstable for s in statuses):
+        return "all diverged"
+    if all(s == "failed" for s in statuses):
+        return "all failed"
+    if all(s == "missing" for s in statuses):
+        return "none finished"
+    if any(s in FINISHED for s in statuses):
+        return (
+            "none reached tol"
+            if selection.rule == "bits_to_tol"
+            else f"no finite {selection.metric}"
+        )
+    return "none finished normally (" + ", ".join(sorted(set(statuses))) + ")"
 
 
 def _mean(values: list[float]) -> float:

@@ -1,5 +1,8 @@
 """``python -m experiments.sweep CONFIG.toml [--out DIR] [--jobs N] [--quiet]``: run a sweep.
 
+The config's format is :mod:`experiments.config` (``--help`` prints it with an example;
+``examples/sweep.toml`` is a small one).
+
 Every run of the config is one ``python -m algorithms.run ... --quiet --out OUT/runs/<run_id>``
 subprocess (isolated, killable), ``--jobs`` of them at once, each with ``OMP_NUM_THREADS=1`` so
 that parallel runs do not fight over cores. The sweep folder holds:
@@ -8,8 +11,10 @@ that parallel runs do not fight over cores. The sweep folder holds:
 - ``runs/<run_id>/``: the runner's own outputs, plus ``stderr.txt`` for a failed run;
 - ``summary.csv``: one row per run: ``run_id``, ``status``, every parameter, ``iters_run``,
   ``gamma``, the final metrics and ``bits_to_tol`` (when ``[select]`` has a ``tol``);
-- ``best.csv``: one row per group, the multiplier chosen by ``[select]`` (see
-  ``experiments.select.best``).
+- ``best.csv``: one row per group, the multiplier chosen by ``[select]`` and ``status``
+  ``chosen``; a group where no multiplier scores (every run diverged, failed or missed the
+  tolerance) has an empty ``step_mult`` and a status saying why (``all diverged``, ``none
+  reached tol``, ...; see ``experiments.select.best``), which the command also prints.
 
 Status: a run is finished when its folder has a readable ``summary.json``; its status is the
 runner's stop reason (``completed``, ``diverged``, ``tolerance``, ``max_bits``). Exit status 3
@@ -173,7 +178,15 @@ def _claim(out: Path, cfg: SweepConfig) -> None:
     record = out / "sweep.json"
     want = json.loads(json.dumps(cfg.to_dict()))
     if record.is_file():
-        have = json.loads(record.read_text())
+        try:
+            have = json.loads(record.read_text())
+        except (OSError, UnicodeDecodeError, ValueError) as e:
+            raise ValueError(
+                f"{str(record)!r} is unreadable ({e}): {str(out)!r} is not a sweep folder this "
+                "command can resume; choose another --out"
+            ) from None
+        if not isinstance(have, dict):
+            have = {}
         if have != want:
             diff = sorted(k for k in set(have) | set(want) if have.get(k) != want.get(k))
             raise ValueError(
@@ -282,9 +295,52 @@ def _write_csv(path: Path, rows: list[dict]) -> None:
     tmp.replace(path)
 
 
+HELP_FORMAT = """\
+The config (TOML). Top-level keys: name, [base], [[methods]], [grid], [select]; any other key
+is refused with the allowed ones named.
+
+  name = "ef21-vs-ef"          # the sweep's name (default: the file's stem); letters, digits, ._=+-
+  [base]                       # runner flags shared by every run: the flags of
+  problem = "quadratic"        #   python -m algorithms.run, without "--" (dashes or underscores)
+  nodes = 10
+  iters = 200
+  problem_opt = { L = 10 }     # a repeatable flag: a table (key = value) or a list of "key=value"
+  [[methods]]                  # one table per method (at least one)
+  algorithm = "ef21"           #   a registry name (python -m algorithms.run --list)
+  label = "EF21"               #   optional: the name in tables and legends
+  [[methods]]
+  algorithm = "ef-sgd"
+  batch_size = 8               #   a method's own flags override [base] for its runs
+  [grid]                       # flag = list of values; the runs are methods x product(grid)
+  compressor = ["topk:k=1", "randk:k=2"]
+  step_mult = { base = 2, from = -2, to = 4 }   # base**e for e = from..to: 0.25, 0.5, ..., 16
+  seed = [0, 1, 2]
+  [select]                     # how best.csv picks each group's multiplier
+  rule = "bits_to_tol"         #   bits_to_tol (fewest uplink bits until metric <= tol) or
+  metric = "grad_norm_sq"      #   min_final (lowest final metric); metric: a history.csv column
+  tol = 1e-4                   #   needed by bits_to_tol (with min_final: a bits_to_tol column)
+
+The keys are the runner's flag names, singular as the flags are: seed, compressor, step_mult. A
+grid key may not also be set in [base] or a method. out, overwrite, quiet, resume and list are
+set by the sweep itself. Every run's arguments are checked by the runner's own parser before
+anything runs: a bad key or value exits with status 2 and a message naming it.
+
+The folder (--out, default runs/sweeps/NAME) gets sweep.json (the resolved config), runs/RUN_ID/
+(each run's own files), summary.csv (one row per run: status, parameters, final metrics) and
+best.csv (one row per group of runs differing only in step_mult and seed: the chosen
+multiplier, or an empty one and a status saying why none was chosen, e.g. "all diverged").
+Rerunning the same config into the same folder resumes it. Exit status: 0 done, 1 some run
+failed (see its stderr.txt), 2 bad input. Example: examples/sweep.toml.
+"""
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
-        prog="python -m experiments.sweep", description="Run a sweep of the runner."
+        prog="python -m experiments.sweep",
+        description="Run a sweep of the runner (methods x a grid of flags) and pick each\n"
+        "group's best step-size multiplier.",
+        epilog=HELP_FORMAT,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     ap.add_argument("config", help="sweep config (TOML)")
     ap.add_argument("--out", default=None, help="sweep folder (default: runs/sweeps/<name>)")
@@ -302,9 +358,18 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except OSError as e:
+        where = f" {e.filename!r}" if e.filename else ""
+        print(f"error: cannot write the sweep folder{where}: {e.strerror or e}", file=sys.stderr)
+        return 2
     with (out / "summary.csv").open(newline="") as fh:
         statuses = [r["status"] for r in csv.DictReader(fh)]
     counts = {s: statuses.count(s) for s in dict.fromkeys(statuses)}
+    with (out / "best.csv").open(newline="") as fh:
+        for row in csv.DictReader(fh):
+            if not row.get("step_mult"):
+                what = ", ".join(row[k] for k in ("label", "compressor") if row.get(k))
+                print(f"warning: {what}: no step_mult chosen ({row['status']})", file=sys.stderr)
     if not args.quiet:
         done = ", ".join(f"{n} {s}" for s, n in counts.items())
         print(f"{cfg.name}: {len(statuses)} runs ({done}); tables in {out}")

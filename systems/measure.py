@@ -6,7 +6,9 @@ the local device; the median of the repeats is kept. On CUDA every timed section
 ``torch.cuda.synchronize`` and preceded by a warm-up call. Full-size encodes take seconds on a
 small CPU, so repeats stop once a time budget is spent (at least one timed call after the
 warm-up, which is skipped when one call alone exceeds the budget), and results are cached in a
-JSON file keyed by device, threads, size, layout and spec.
+JSON file keyed by device, threads, size, layout and spec. Each cache entry records when, on
+which host and by which process it was measured (``measured``), so that a reader can say how old
+the numbers it reuses are (:func:`lookup`).
 
 A payload that is all-gathered crosses the wire in its packed form
 (``Compressor.to_bytes``), as in the torch.distributed executor, so for those compressors the
@@ -20,13 +22,14 @@ step beyond computing and compressing its gradient (:data:`VECTOR_UPDATES`).
 
 from __future__ import annotations
 
+import datetime
 import json
 import logging
 import os
 import platform
 import statistics
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import torch
@@ -41,6 +44,7 @@ __all__ = [
     "cache_path",
     "collective_of",
     "device_key",
+    "lookup",
     "measure",
     "measure_cached",
 ]
@@ -173,6 +177,57 @@ def measure(
     )
 
 
+def _cache_key(spec: str, sizes: tuple[int, ...], device: torch.device, workers: int) -> str:
+    c = parse_spec(spec)
+    n = workers if c.needs_node_count else 1
+    layout = "flat" if len(sizes) == 1 else f"layers{len(sizes)}"
+    return f"{device_key(device)}|d={sum(sizes)}|{layout}|n={n}|wire|{c.spec()}"
+
+
+def _read_cache(path: Path) -> dict:
+    if not path.exists():
+        return {}
+    try:
+        cache = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        log.warning("ignoring unreadable measurement cache %s", path)
+        return {}
+    return cache if isinstance(cache, dict) else {}
+
+
+def lookup(
+    spec: str,
+    sizes: tuple[int, ...],
+    device: torch.device | str = "cpu",
+    workers: int = 1,
+    path: Path | None = None,
+) -> tuple[Measurement, dict] | None:
+    """The cached measurement of ``spec`` and where it came from, or ``None`` if not cached.
+
+    Returns:
+        ``(measurement, provenance)``; ``provenance`` has ``path`` (the cache file),
+        ``measured`` (UTC time, ``None`` for an entry written before times were recorded),
+        ``host`` and ``pid`` (``None`` when unknown) and ``file_mtime`` (the cache file's last
+        change, UTC).
+    """
+    device = torch.device(device)
+    path = cache_path() if path is None else Path(path)
+    entry = _read_cache(path).get(_cache_key(spec, tuple(sizes), device, workers))
+    names = {f.name for f in fields(Measurement)}
+    if not isinstance(entry, dict) or not names <= set(entry):
+        return None
+    meta = entry.get("measured") if isinstance(entry.get("measured"), dict) else {}
+    mtime = datetime.datetime.fromtimestamp(path.stat().st_mtime, datetime.timezone.utc)
+    provenance = {
+        "path": str(path),
+        "measured": meta.get("at"),
+        "host": meta.get("host"),
+        "pid": meta.get("pid"),
+        "file_mtime": mtime.strftime("%Y-%m-%d %H:%M UTC"),
+    }
+    return Measurement(**{k: entry[k] for k in names}), provenance
+
+
 def measure_cached(
     spec: str,
     sizes: tuple[int, ...],
@@ -184,23 +239,23 @@ def measure_cached(
     """:func:`measure`, read from and written to the cache unless ``remeasure``."""
     device = torch.device(device)
     path = cache_path() if path is None else Path(path)
+    if not remeasure:
+        hit = lookup(spec, sizes, device, workers, path)
+        if hit is not None:
+            return hit[0]
     c = parse_spec(spec)
     n = workers if c.needs_node_count else 1
     layout = "flat" if len(sizes) == 1 else f"layers{len(sizes)}"
-    key = f"{device_key(device)}|d={sum(sizes)}|{layout}|n={n}|wire|{c.spec()}"
-    cache = {}
-    if path.exists():
-        try:
-            cache = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError):
-            log.warning("ignoring unreadable measurement cache %s", path)
-    if not remeasure and key in cache:
-        return Measurement(**cache[key])
     log.info("measuring %s at d=%d (%s) on %s", spec, sum(sizes), layout, device)
     m = measure(spec, sizes, device, workers=n)
-    cache[key] = asdict(m)
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    cache = _read_cache(path)
+    cache[_cache_key(spec, tuple(sizes), device, workers)] = {
+        **asdict(m),
+        "measured": {"at": now, "host": platform.node() or None, "pid": os.getpid()},
+    }
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
     tmp.write_text(json.dumps(cache, indent=1, sort_keys=True))
     tmp.replace(path)
     return m

@@ -10,6 +10,10 @@ otherwise), the predicted iteration time, the speed-up over synchronous SGD and 
 bandwidth below which compression wins; then the speed-up at each of ``--table-bandwidths``.
 ``--plot FIG.png`` draws the speed-up against bandwidth from 1 to 100 Gbit/s.
 
+Measurements are cached (:func:`systems.measure.cache_path`); when the table reuses cached ones,
+stderr says so: from which file, measured when, on which host and by which process, and that
+``--remeasure`` measures afresh. Measuring shows a progress bar on stderr (``--quiet``: none).
+
 Exit status: 0 done, 2 bad input (a message names the bad value and what is allowed).
 """
 
@@ -22,11 +26,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from tqdm import tqdm
 
 from compressors.registry import parse_spec
 from systems import model
 from systems.layers import MODELS, model_sizes
-from systems.measure import VECTOR_UPDATES, Measurement, measure_cached
+from systems.measure import VECTOR_UPDATES, Measurement, lookup, measure_cached
 
 __all__ = ["DEFAULT_COMPRESSORS", "DEFAULT_COMPUTE_MS", "main", "predict"]
 
@@ -84,7 +89,9 @@ def _parser() -> argparse.ArgumentParser:
                     help="whose extra per-step vector work to charge")  # fmt: skip
     ap.add_argument("--collective", default="auto", choices=["auto", *model.COLLECTIVES])
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    ap.add_argument("--remeasure", action="store_true", help="ignore cached measurements")
+    ap.add_argument("--remeasure", action="store_true",
+                    help="measure afresh, replacing the cached measurements")  # fmt: skip
+    ap.add_argument("--quiet", action="store_true", help="no progress bar while measuring")
     ap.add_argument("--table-bandwidths", default="1,10,25,100", metavar="GBPS,GBPS,...")
     ap.add_argument("--plot", default=None, metavar="FIG.png")
     return ap
@@ -158,10 +165,10 @@ def main(argv: list[str] | None = None, measurer: Measurer | None = None) -> int
         speedup=args.speedup,
         alpha=args.latency_us * 1e-6,
     )
-    if measurer is None:
-
-        def measurer(spec, sz):
-            return measure_cached(spec, sz, args.device, args.remeasure, args.workers)
+    try:
+        measured = _measure_all(args, sizes, measurer)
+    except OSError as e:
+        return _fail(f"cannot write the measurement cache {e.filename!r}: {e.strerror or e}")
 
     t_sync = float(model.sync_sgd_time(s, args.bandwidth))
     name = f"{args.model}" if args.params is None else f"flat vector of {args.params} floats"
@@ -179,7 +186,7 @@ def main(argv: list[str] | None = None, measurer: Measurer | None = None) -> int
     print("-" * len(header))
     rows = []
     for spec in args.compressors:
-        m = measurer(spec, sizes)
+        m = measured[spec]
         kw = predict(s, m, args.bandwidth, args.collective, args.method)
         t = float(model.compressed_time(s, args.bandwidth, **kw))
         be = model.break_even_bandwidth(s, **kw)
@@ -197,9 +204,59 @@ def main(argv: list[str] | None = None, measurer: Measurer | None = None) -> int
         sp = model.speedup(s, bw, **kw)
         print(f"{spec:<20} " + " ".join(f"{v:>10.3f}" for v in np.atleast_1d(sp)))
     if args.plot:
-        _plot(s, rows, Path(args.plot), name)
+        try:
+            _plot(s, rows, Path(args.plot), name)
+        except (OSError, ValueError) as e:
+            return _fail(
+                f"cannot write the plot {args.plot!r}: {getattr(e, 'strerror', None) or e}"
+            )
         print(f"plot written to {args.plot}")
     return 0
+
+
+def _measure_all(args, sizes: tuple[int, ...], measurer: Measurer | None) -> dict:
+    """Each compressor's measurement: injected, cached (said on stderr) or measured now (with a
+    progress bar)."""
+    if measurer is not None:
+        return {spec: measurer(spec, sizes) for spec in args.compressors}
+    out, cached, todo = {}, {}, []
+    for spec in dict.fromkeys(args.compressors):
+        hit = None if args.remeasure else lookup(spec, sizes, args.device, args.workers)
+        if hit is None:
+            todo.append(spec)
+        else:
+            out[spec], cached[spec] = hit
+    if cached:
+        print(_cache_note(cached, len(set(args.compressors))), file=sys.stderr)
+    bar = tqdm(todo, desc="measuring", unit="compressor", file=sys.stderr,
+               disable=args.quiet or not todo)  # fmt: skip
+    for spec in bar:
+        bar.set_postfix_str(spec)
+        out[spec] = measure_cached(spec, sizes, args.device, True, args.workers)
+    return out
+
+
+def _cache_note(cached: dict[str, dict], total: int) -> str:
+    """Which cached measurements are reused: the file, when, where and by whom, and how to
+    refresh them."""
+    path = next(iter(cached.values()))["path"]
+    origins: dict[str, list[str]] = {}
+    for spec, prov in cached.items():
+        if prov["measured"] is None:
+            what = (
+                "at an unknown time (an entry older than the recorded times; the file last "
+                f"changed {prov['file_mtime']})"
+            )
+        else:
+            host = prov["host"] or "an unknown host"
+            pid = f", process {prov['pid']}" if prov["pid"] is not None else ""
+            what = f"{prov['measured']} on host {host}{pid}"
+        origins.setdefault(what, []).append(spec)
+    lines = [f"note: using cached measurements for {len(cached)} of {total} compressors, "
+             f"from {path}:"]  # fmt: skip
+    lines += [f"  measured {what}: {', '.join(specs)}" for what, specs in origins.items()]
+    lines.append("  (--remeasure measures them afresh on this machine and updates the cache)")
+    return "\n".join(lines)
 
 
 def _plot(s: model.Setting, rows, out: Path, name: str) -> None:

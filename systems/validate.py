@@ -1,6 +1,7 @@
 """Check the performance model against measured runs of the torch.distributed executor.
 
-``python -m systems.validate --nproc 2 --out DIR`` does three things on this machine:
+``python -m systems.validate --nproc 2 --out DIR`` does three things on this machine (with a
+progress bar on stderr, off with ``--quiet``):
 
 1. calibrates the network: under ``torchrun`` (gloo on loopback) it times the comm layer's
    all-reduce of ``d`` floats for several ``d`` and fits the ring all-reduce model
@@ -23,6 +24,7 @@ import argparse
 import csv
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -30,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
 __all__ = ["fit_collective", "main", "predict_run"]
 
@@ -146,17 +149,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--iters", type=int, default=30)
     ap.add_argument("--bench", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--bench-sizes", default="1000,100000,1000000,4000000")
+    ap.add_argument("--quiet", action="store_true", help="no progress bar")
     args = ap.parse_args(argv)
+    bad = _check(args)
+    if bad:
+        print(f"error: {bad}", file=sys.stderr)
+        return 2
     sizes = [int(v) for v in args.bench_sizes.split(",")]
     if args.bench:
         _bench(Path(args.bench), sizes, repeats=10)
         return 0
-    if any(n < 2 for n in args.nproc):
-        print(f"error: --nproc values must be >= 2 (a collective needs two ranks), got "
-              f"{args.nproc}", file=sys.stderr)  # fmt: skip
-        return 2
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        print(f"error: cannot create --out {args.out!r}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    bar = tqdm(total=len(args.nproc) * (1 + len(args.compressors)), desc="validate",
+               unit="step", file=sys.stderr, disable=args.quiet)  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     torch.set_num_threads(1)  # encode/decode are measured as the runs' ranks run them
     from systems import model
@@ -164,9 +174,12 @@ def main(argv: list[str] | None = None) -> int:
     lines, failed = [], 0
     for n in args.nproc:
         bench = out / f"bench_p{n}.json"
+        bar.set_postfix_str(f"p={n} network")
         r = _torchrun(n, ["systems.validate", "--out", str(out), "--bench", str(bench),
                           "--bench-sizes", args.bench_sizes], env)  # fmt: skip
+        bar.update(1)
         if r.returncode:
+            bar.close()
             print(r.stderr[-3000:], file=sys.stderr)
             return 1
         b = json.loads(bench.read_text())
@@ -190,11 +203,13 @@ def main(argv: list[str] | None = None) -> int:
         for spec in args.compressors:
             run = out / f"run_p{n}_{spec.replace(':', '_').replace(',', '_').replace('=', '')}"
             t0 = time.perf_counter()
+            bar.set_postfix_str(f"p={n} {spec}")
             r = _torchrun(n, ["algorithms.run", args.algorithm, "--compressor", spec,
                               "--problem", args.problem,
                               *[a for o in args.problem_opt for a in ("--problem-opt", o)],
                               "--backend", "gloo", "--iters", str(args.iters),
                               "--out", str(run), "--overwrite"], env)  # fmt: skip
+            bar.update(1)
             if r.returncode:  # report it and go on: one flaky run should not hide the rest
                 tail = [ln for ln in r.stderr.splitlines() if ln.strip()][-1:]
                 lines.append(f"  {spec:<28} p={n}: run failed (exit {r.returncode}): {tail}")
@@ -204,8 +219,35 @@ def main(argv: list[str] | None = None) -> int:
             res["run_s"] = time.perf_counter() - t0
             (run / "model_vs_measured.json").write_text(json.dumps(res, indent=1))
             lines.append(_row(res))
+    bar.close()
     print("\n".join(lines))
     return 1 if failed else 0
+
+
+def _check(args) -> str | None:
+    """The first bad argument, named with what is allowed, or ``None``."""
+    from compressors.registry import parse_spec
+
+    try:
+        sizes = [int(v) for v in args.bench_sizes.split(",")]
+    except ValueError:
+        return f"--bench-sizes must be integers joined by commas, got {args.bench_sizes!r}"
+    if len(sizes) < 2 or min(sizes) < 1:
+        return f"--bench-sizes needs two or more sizes >= 1 (for the fit), got {args.bench_sizes!r}"
+    if args.bench:
+        return None
+    if any(n < 2 for n in args.nproc):
+        return f"--nproc values must be >= 2 (a collective needs two ranks), got {args.nproc}"
+    if args.iters < 2:
+        return f"--iters must be >= 2 (the first iteration is not timed), got {args.iters}"
+    for spec in args.compressors:
+        try:
+            parse_spec(spec)
+        except ValueError as e:
+            return f"--compressors {spec!r}: {e}"
+    if shutil.which("torchrun") is None:
+        return "torchrun is not on PATH: it comes with torch (activate the environment that has it)"
+    return None
 
 
 def _row(res: dict) -> str:

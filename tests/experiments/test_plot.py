@@ -80,13 +80,17 @@ def texts(fig) -> list[str]:
 
 
 def test_sweep_folder_best_multiplier_mean_and_band(sweep_dir, tmp_path):
-    fig = plot([sweep_dir], x="bits", y="grad_norm_sq", out=tmp_path / "fig.png", title="fake")
+    fig = plot([sweep_dir], x="bits", y="grad_norm_sq", out=tmp_path / "fig", title="fake")
     ax = fig.axes[0]
     assert ax.get_yscale() == "log"
     assert ax.get_xlabel() == "bits per node (uplink)"
     assert ax.get_ylabel() == "grad_norm_sq"
     assert ax.get_title() == "fake"
-    assert texts(fig) == ["EF21, topk:k=1", "ef-sgd, topk:k=1"]
+    # the chosen multiplier, out of the two tried (both winners sit at an end of the grid)
+    assert texts(fig) == [
+        "EF21, topk:k=1, step_mult=2 (best of 2, at edge)",
+        "ef-sgd, topk:k=1, step_mult=1 (best of 2, at edge)",
+    ]
     t = np.arange(T + 1)
     ef21, ef14 = ax.get_lines()
     # mean over seeds of (1 + 3) * rate**t / 2 at the chosen multipliers 2 and 1
@@ -188,10 +192,16 @@ def test_bad_inputs(sweep_dir, tmp_path):
         plot([tmp_path])
 
 
-def test_cli_writes_png_and_pdf(sweep_dir, tmp_path, capsys):
+def test_cli_writes_the_suffix_format_or_png_and_pdf(sweep_dir, tmp_path, capsys):
     out = tmp_path / "sub" / "cli.png"
     assert main([str(sweep_dir), "--x", "iters", "--y", "f_gap", "-o", str(out)]) == 0
     assert (tmp_path / "sub" / "cli.png").stat().st_size > 1000
-    assert (tmp_path / "sub" / "cli.pdf").stat().st_size > 1000
+    assert not (tmp_path / "sub" / "cli.pdf").exists()
+    assert capsys.readouterr().out == f"wrote {out}\n"
+    stem = tmp_path / "both"
+    assert main([str(sweep_dir), "-o", str(stem)]) == 0
+    assert (tmp_path / "both.png").stat().st_size > 1000
+    assert (tmp_path / "both.pdf").stat().st_size > 1000
+    assert capsys.readouterr().out == f"wrote {stem}.png and {stem}.pdf\n"
     assert main([str(sweep_dir), "--x", "modeled-time", "-o", str(out)]) == 2
     assert "needs the systems model (--bandwidth" in capsys.readouterr().err

@@ -7,6 +7,7 @@ import json
 import math
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -64,14 +65,50 @@ def test_bad_name_exits_2_listing_the_available_ones():
         assert name in proc.stderr
 
 
-def test_list_names_every_reproduction_with_its_verdict(capsys):
+@pytest.mark.parametrize("columns", ["60", "100", "400"])
+def test_list_names_every_reproduction_with_its_whole_statement(capsys, monkeypatch, columns):
+    monkeypatch.setenv("COLUMNS", columns)
     assert rp.main(["--list"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    heads = [line.split()[0] for line in lines if not line.startswith(" ")]
-    assert heads == sorted(NAMES)
-    verdicts = [line.strip() for line in lines if line.startswith(" ")]
-    assert len(verdicts) >= len(NAMES)
-    assert all(v.startswith("verdict:") for v in verdicts)
+    width = max(int(columns), 18 + 40)
+    assert all(len(line) <= width for line in lines if " " in line.strip())
+    entries: dict[str, list[str]] = {}
+    for line in lines:
+        if not line.startswith(" "):
+            name, _, text = line.partition(" ")
+            entries[name] = [text.strip()]
+        else:
+            entries[name].append(line.strip())
+    assert list(entries) == sorted(NAMES)
+    for name, parts in entries.items():
+        text = " ".join(parts)
+        statement = rp.load_paper(name).claim.statement
+        assert text.startswith(statement + " verdict: "), (name, text)  # whole, never cut
+        assert text.count("verdict: ") >= 1
+
+
+def test_run_prints_where_it_wrote(monkeypatch, capsys, tmp_path):
+    seen = {}
+
+    def fake(name, out, **kw):
+        seen[name] = out
+        return {"statement": "A beats B", "kind": "order", "order": ["A", "B"], "metric": "f",
+                "tol": 1e-3, "bits": "exclude-initial", "settings": [], "holds": True,
+                "runs": 6}  # fmt: skip
+
+    monkeypatch.setattr(rp, "reproduce", fake)
+    assert rp.main(["ef21-vs-ef", "--quick", "--out", str(tmp_path / "o")]) == 0
+    out = tmp_path / "o"
+    assert seen["ef21-vs-ef"] == out
+    assert capsys.readouterr().out.endswith(
+        f"verdict: the claim holds\nfigure:  {out / 'figure.png'} (and .pdf)\n"
+        f"verdict: {out / 'verdict.json'}\n"
+        f"runs:    {out / 'runs'} (6 runs; tables {out / 'summary.csv'}, {out / 'best.csv'})\n"
+    )
+    assert rp.main(["ef21-vs-ef", "--quick", "--dataset", "some/w8a.txt"]) == 0
+    default = Path("runs") / "reproduce" / "ef21-vs-ef-quick-w8a"
+    assert seen["ef21-vs-ef"] == default
+    assert f"figure:  {default / 'figure.png'} (and .pdf)" in capsys.readouterr().out
 
 
 def test_write_golden_and_record_refuse_bad_combinations(capsys):

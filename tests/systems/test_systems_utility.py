@@ -120,3 +120,46 @@ def test_bad_input_exits_2_naming_the_value(argv, message, capsys):
     assert message in err
     if argv[0] == "--model":  # argparse lists the allowed models (quoted or not, by version)
         assert all(name in err for name in ("resnet50", "resnet101", "bert-base"))
+
+
+def test_cached_measurements_are_announced_with_their_origin(tmp_path, capsys, monkeypatch):
+    import os
+    import platform
+
+    monkeypatch.setenv("COMPZOO_CACHE", str(tmp_path / "cache"))
+    path = tmp_path / "cache" / "systems_measurements.json"
+    argv = ["--params", "1000", "--workers", "2", "--compressors", "topk:k=10", "sign"]
+    assert main(argv) == 0  # nothing cached: measured, with a progress bar
+    err = capsys.readouterr().err
+    assert "measuring" in err and "2/2" in err and "cached" not in err
+    entry = next(iter(json.loads(path.read_text()).values()))
+    assert entry["measured"]["host"] == (platform.node() or None)
+    assert entry["measured"]["pid"] == os.getpid()
+    when = entry["measured"]["at"]
+
+    assert main(argv) == 0  # all cached: said on stderr, from where, when, by whom
+    err = capsys.readouterr().err
+    assert err.splitlines() == [
+        f"note: using cached measurements for 2 of 2 compressors, from {path}:",
+        f"  measured {when} on host {platform.node()}, process {os.getpid()}: topk:k=10, sign",
+        "  (--remeasure measures them afresh on this machine and updates the cache)",
+    ]
+
+    cache = json.loads(path.read_text())  # entries written before provenance was recorded
+    path.write_text(json.dumps({k: {f: v for f, v in e.items() if f != "measured"}
+                                for k, e in cache.items()}))  # fmt: skip
+    assert main([*argv[:-1], "qsgd", "--quiet"]) == 0
+    err = capsys.readouterr().err
+    assert "for 1 of 2 compressors" in err and "at an unknown time" in err
+    assert "measuring" not in err  # qsgd was measured, quietly
+
+    assert main([*argv, "--remeasure", "--quiet"]) == 0
+    assert capsys.readouterr().err == ""
+    assert all("measured" in e for e in json.loads(path.read_text()).values())
+
+
+def test_plot_that_cannot_be_written_exits_2(tmp_path, capsys):
+    (tmp_path / "file").write_text("")
+    argv = ["--compressors", "identity", "--plot", str(tmp_path / "file" / "fig.png")]
+    assert main(argv, measurer=fake) == 2
+    assert "error: cannot write the plot" in capsys.readouterr().err
