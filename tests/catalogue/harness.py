@@ -16,6 +16,7 @@ import re
 import runpy
 import subprocess
 import sys
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -90,7 +91,10 @@ def run_case(case: Case, tmp: Path) -> Result:
         sys.argv = [case.module, *argv]
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
-                runpy.run_module(case.module, run_name="__main__", alter_sys=True)
+                with warnings.catch_warnings():
+                    # runpy warns when the module was imported before (by an earlier case).
+                    warnings.filterwarnings("ignore", "'.*' found in sys.modules", RuntimeWarning)
+                    runpy.run_module(case.module, run_name="__main__", alter_sys=True)
             except SystemExit as e:
                 code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     finally:

@@ -1,0 +1,326 @@
+"""Every command of README.md is exercised, and gives a sensible result.
+
+``readme_commands()`` collects the README's commands: the lines of its fenced ``bash`` blocks
+(continuations joined, comments dropped) and the inline ``python -m ...`` / ``torchrun ...``
+spans. ``EXERCISED`` maps each one to how a test runs it: the command itself (in a temporary
+folder) and a check of its result, or, for a template such as ``--dim D``, a concrete instance.
+A README command missing from ``EXERCISED`` (or an entry no longer in the README) fails
+``test_every_command_is_exercised``, so the README cannot gain an untested command.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+README = REPO / "README.md"
+LIBSVM = REPO.parent / "shared" / "data" / "libsvm"
+
+
+def readme_commands(text: str | None = None) -> list[str]:
+    """The README's commands, in order of appearance, each once."""
+    text = README.read_text() if text is None else text
+    cmds: list[str] = []
+    for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
+        joined = re.sub(r"\\\n\s*", "", block)
+        for line in joined.splitlines():
+            line = re.sub(r"\s+#.*$", "", line).strip()
+            if line:
+                cmds.append(re.sub(r"\s+", " ", line))
+    prose = re.sub(r"```.*?```", "", text, flags=re.S)
+    for span in re.findall(r"`([^`]+)`", prose):
+        if span.startswith(("python -m ", "torchrun ")):
+            cmds.append(re.sub(r"\s+", " ", span.strip()))
+    return list(dict.fromkeys(cmds))
+
+
+def python_blocks() -> list[str]:
+    return re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+
+
+@dataclass(frozen=True)
+class Use:
+    """How a README command is exercised.
+
+    Attributes:
+        argv: the command run (``None``: exercised elsewhere, see ``where``).
+        check: asserts on the output folder and the captured output.
+        where: for ``argv=None``, where it is exercised.
+        marks: pytest marks (``slow``, ``dist``).
+        needs_libsvm: skipped when the LIBSVM sets are absent.
+    """
+
+    argv: list[str] | None
+    check: Callable[[Path, str], None] | None = None
+    where: str = ""
+    marks: tuple[str, ...] = ()
+    needs_libsvm: bool = False
+
+
+def _summary(path: Path) -> dict:
+    return json.loads(path.joinpath("summary.json").read_text())
+
+
+def _check_marina(tmp: Path, out: str) -> None:
+    folder = Path(re.search(r"results in (\S+)", out).group(1))
+    s = _summary(folder if folder.is_absolute() else tmp / folder)
+    assert s["reason"] == "completed"
+    rows = (tmp / folder / "history.csv").read_text().splitlines()
+    head = rows[0].split(",")
+    g0 = float(rows[1].split(",")[head.index("grad_norm_sq")])
+    assert s["final"]["grad_norm_sq"] < 1e-2 * g0, (g0, s["final"])
+
+
+def _check_ef21(tmp: Path, out: str) -> None:
+    s = _summary(tmp / "runs" / "ef21")
+    assert s["reason"] == "completed"
+    # The README states f = 0.258 and ||grad f||^2 = 1.4e-6 (from f = log 2 at the origin).
+    assert abs(s["final"]["f"] - 0.258) < 5e-4, s["final"]
+    assert 1e-6 < s["final"]["grad_norm_sq"] < 2e-6, s["final"]
+
+
+def _check_listing(tmp: Path, out: str) -> None:
+    for name in ("ef21", "marina", "dasha", "topk", "randk", "logreg", "sigmoid-squared"):
+        assert name in out, name
+
+
+def _check_problems(tmp: Path, out: str) -> None:
+    assert re.search(r"\bL\b", out) and "L_tilde" in out, out
+
+
+def _check_reproduce_list(tmp: Path, out: str) -> None:
+    for name in ("ef21-vs-ef", "marina-vs-diana", "dasha-vs-marina", "3pc-quadratic", "3pc-lag"):
+        assert name in out, name
+    assert "verdict" in out
+
+
+def _check_reproduce_quick(tmp: Path, out: str) -> None:
+    assert re.search(r"holds|FAILS", out), out
+
+
+def _check_sweep(tmp: Path, out: str) -> None:
+    folder = tmp / "runs" / "sweeps" / "mine"
+    assert (folder / "summary.csv").is_file() and (folder / "best.csv").is_file()
+
+
+def _check_sweep_help(tmp: Path, out: str) -> None:
+    for key in ("[base]", "[[methods]]", "[grid]", "[select]", "step_mult", "seed", "compressor"):
+        assert key in out, key
+
+
+def _check_plot(tmp: Path, out: str) -> None:
+    assert (tmp / "fig.png").stat().st_size > 1000
+
+
+def _check_utility(tmp: Path, out: str) -> None:
+    assert re.search(r"speed-?up", out, flags=re.I) and re.search(r"break-?even", out, re.I), out
+
+
+def _check_compressors(tmp: Path, out: str) -> None:
+    assert "topk" in out and "randk" in out
+
+
+def _check_theory(tmp: Path, out: str) -> None:
+    assert "PASS" in out.upper()
+
+
+def _check_resume(tmp: Path, out: str) -> None:
+    rows = (tmp / "r" / "history.csv").read_text().splitlines()
+    assert rows[-1].split(",")[0] == "40", rows[-1]
+
+
+PY = [sys.executable, "-m"]
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
+SWEEP = "python -m experiments.sweep examples/sweep.toml --out runs/sweeps/mine --jobs 2"
+PLOT = "python -m experiments.plot runs/sweeps/mine --x bits --y grad_norm_sq -o fig.png"
+
+TORCHRUN_EXAMPLE = (
+    "torchrun --standalone --nproc_per_node=4 -m algorithms.run ef21 --compressor "
+    "topk:ratio=0.01 --problem mlp --dataset digits --backend gloo --iters 200 --out runs/dist"
+)
+
+EXERCISED: dict[str, Use] = {
+    'pip install torch==2.13.0 && pip install -e ".[dev]" && python -m algorithms.run marina '
+    "--compressor randk": Use(
+        [*PY, "algorithms.run", "marina", "--compressor", "randk"], _check_marina
+    ),
+    "python -m pytest -q": Use(None, where=".ci/run runs it on a clean checkout"),
+    "python -m algorithms.run ef21 --compressor topk:ratio=0.05 --problem logreg-nonconvex "
+    "--dataset breast-cancer --problem-opt scale=standard --nodes 20 --split contiguous "
+    "--lambda 0.1 --x0 zeros --iters 2000 --out runs/ef21": Use(None, _check_ef21),
+    "python -m algorithms.run --list": Use(None, _check_listing),
+    TORCHRUN_EXAMPLE: Use(None, marks=("dist",)),
+    "torchrun --standalone --nproc_per_node=2 x.py": Use(
+        None, where="test_python_block_ddp", marks=("dist",)
+    ),
+    "python -m experiments.sweep --help": Use(None, _check_sweep_help),
+    SWEEP: Use(None, _check_sweep),
+    PLOT: Use(None, _check_plot),
+    "python -m experiments.reproduce --list": Use(None, _check_reproduce_list),
+    "python -m experiments.reproduce ef21-vs-ef --dataset mushrooms --jobs 2 --record": Use(
+        None,
+        where="the full run writes results.json into the repository; the test runs its quick "
+        "form (test_reproduce_quick) and the slow suite compares quick runs with golden.json",
+    ),
+    "python -m compressors --dim D [--spec SPEC]... [--nodes N]": Use(
+        [*PY, "compressors", "--dim", "1000", "--spec", "topk:k=10", "--spec", "randk:k=10"]
+        + ["--nodes", "4"],
+        _check_compressors,
+    ),
+    "python -m algorithms.run --resume DIR [--iters T]": Use(None, _check_resume),
+    "python -m problems --problem logreg-nonconvex --dataset breast-cancer --nodes 20": Use(
+        None, _check_problems
+    ),
+    "python -m theory_checks [--fast] [--only PATTERN]": Use(
+        [*PY, "theory_checks", "--fast", "--only", "ef21.nonconvex-bound", "--out", "tc"],
+        _check_theory,
+    ),
+    "python -m systems.utility --model resnet50 --workers 64 --bandwidth 10": Use(
+        None, _check_utility
+    ),
+    "python -m systems.validate --nproc 2 --out runs/validate": Use(
+        None, where="test_systems_validate (slow, dist)", marks=("slow", "dist")
+    ),
+    "python -m benchmarks [--quick] [--out DIR]": Use(
+        [*PY, "benchmarks", "--quick", "--only", "compressors", "--out", "bench"],
+        where="test_benchmarks_quick (slow)",
+        marks=("slow",),
+    ),
+}
+
+
+def _literal(cmd: str) -> list[str] | None:
+    """The argv of a literal ``python -m ...`` command (None for anything else)."""
+    words = shlex.split(cmd)
+    if words[:2] == ["python", "-m"]:
+        return [*PY, *words[2:]]
+    if words and words[0] == "torchrun":
+        return [*TORCHRUN, *words[1:]]
+    return None
+
+
+def _argv(cmd: str, use: Use) -> list[str] | None:
+    return use.argv if use.argv is not None else (_literal(cmd) if use.check or use.marks else None)
+
+
+def test_every_command_is_exercised():
+    cmds = readme_commands()
+    missing = [c for c in cmds if c not in EXERCISED]
+    stale = [c for c in EXERCISED if c not in cmds]
+    assert not missing, f"README commands no test exercises: {missing}"
+    assert not stale, f"EXERCISED entries no longer in the README: {stale}"
+    for cmd, use in EXERCISED.items():
+        assert _argv(cmd, use) is not None or use.where, cmd
+
+
+def _run(argv: list[str], cwd: Path, timeout: float = 600) -> str:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "COMPZOO_DATA": str(LIBSVM)}
+    p = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, f"{shlex.join(argv)} -> exit {p.returncode}\n{out}"
+    assert "Traceback" not in out, out
+    return out
+
+
+def _workdir(tmp: Path) -> Path:
+    if (REPO / "examples").is_dir():
+        shutil.copytree(REPO / "examples", tmp / "examples")
+    return tmp
+
+
+SINGLE = [
+    c
+    for c, u in EXERCISED.items()
+    if (u.argv is not None or u.check is not None)
+    and not u.marks
+    and c not in (SWEEP, PLOT)
+    and "--resume" not in c
+]
+
+
+@pytest.mark.parametrize("cmd", SINGLE)
+def test_command(cmd: str, tmp_path: Path):
+    use = EXERCISED[cmd]
+    out = _run(_argv(cmd, use), _workdir(tmp_path))
+    use.check(tmp_path, out)
+
+
+def test_sweep_then_plot(tmp_path: Path):
+    cwd = _workdir(tmp_path)
+    out = _run(_literal(SWEEP), cwd)
+    EXERCISED[SWEEP].check(cwd, out)
+    out = _run(_literal(PLOT), cwd)
+    EXERCISED[PLOT].check(cwd, out)
+
+
+def test_checkpoint_then_resume(tmp_path: Path):
+    _run(
+        [*PY, "algorithms.run", "ef21", "--compressor", "topk:k=2", "--iters", "20"]
+        + ["--checkpoint-every", "10", "--out", "r", "--quiet"],
+        tmp_path,
+    )
+    out = _run([*PY, "algorithms.run", "--resume", "r", "--iters", "40", "--quiet"], tmp_path)
+    EXERCISED["python -m algorithms.run --resume DIR [--iters T]"].check(tmp_path, out)
+
+
+@pytest.mark.skipif(not LIBSVM.joinpath("mushrooms.txt").is_file(), reason="no LIBSVM sets")
+def test_reproduce_quick(tmp_path: Path):
+    out = _run(
+        [*PY, "experiments.reproduce", "ef21-vs-ef", "--dataset", str(LIBSVM / "mushrooms.txt")]
+        + ["--quick", "--out", str(tmp_path / "q"), "--quiet"],
+        tmp_path,
+    )
+    _check_reproduce_quick(tmp_path, out)
+
+
+def test_python_block_compressors():
+    block = next(b for b in python_blocks() if "parse_spec" in b)
+    import contextlib
+    import io
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        exec(compile(block, "README.md", "exec"), {})
+    assert buf.getvalue().split()[0] == "0.01"
+    assert "tensor([420, 420, 420, 420])" in buf.getvalue()
+
+
+@pytest.mark.dist
+def test_torchrun_example(tmp_path: Path):
+    cmd = next(c for c in EXERCISED if c.startswith("torchrun"))
+    _run(_literal(cmd), tmp_path)
+    assert _summary(tmp_path / "runs" / "dist")["reason"] == "completed"
+
+
+@pytest.mark.dist
+def test_python_block_ddp(tmp_path: Path):
+    block = next(b for b in python_blocks() if "DistributedDataParallel" in b)
+    (tmp_path / "x.py").write_text(block)
+    out = _run([*TORCHRUN, "--standalone", "--nproc_per_node=2", "x.py"], tmp_path)
+    assert re.search(r"rank 0: \d+ bits up, \d+ bytes on the wire", out), out
+
+
+@pytest.mark.slow
+@pytest.mark.dist
+def test_systems_validate(tmp_path: Path):
+    cmd = "python -m systems.validate --nproc 2 --out runs/validate"
+    out = _run(_literal(cmd), tmp_path, timeout=1800)
+    assert re.search(r"predicted", out, flags=re.I), out
+
+
+@pytest.mark.slow
+def test_benchmarks_quick(tmp_path: Path):
+    use = EXERCISED["python -m benchmarks [--quick] [--out DIR]"]
+    _run(use.argv, tmp_path, timeout=1800)
+    assert (tmp_path / "bench" / "benchmarks.md").stat().st_size > 100
