@@ -8,6 +8,7 @@ from typing import ClassVar
 
 import torch
 
+from compressors import compiled_quant
 from compressors.base import Compressor, Packet, check_float_bits, work_dtype
 from compressors.bitpack import BitReader, BitWriter, read_elias_levels, write_elias_levels
 from compressors.nonfinite import safe_norm
@@ -103,32 +104,52 @@ class _Dithering(Compressor):
     def _encode(self, x_i: torch.Tensor, rng: Streams) -> Packet:
         m, d = x_i.shape
         x = x_i.to(work_dtype(x_i.dtype))
-        a = x.abs()
+        grid = self._kernel_grid()
+        kernel = grid is not None and compiled_quant.usable(x)
+        a = None if kernel else x.abs()  # the kernel takes |x_j| itself
         # max-abs is exact; the 2-norm is scaled where it would overflow or underflow and
         # saturates at the dtype's max, which keeps C unbiased and omega valid (the scale is
         # at most ||x||_2 and at least every |x_j|); see compressors.nonfinite
-        norm = a.amax(dim=1) if self.p == math.inf else safe_norm(x, a, x_i.dtype)
-        r = a / torch.where(norm > 0, norm, 1.0)[:, None]
-        level = self._round(r.clamp(max=1.0), rng.uniform(d, dtype=x.dtype))
-        bad = ~torch.isfinite(norm)  # a NaN or inf entry: the norm carries it, levels are void
-        if bool(bad.any()):
-            level = torch.where(bad[:, None], 0, level)
+        if self.p == math.inf:
+            norm = _max_abs(x) if a is None else a.amax(dim=1)
+        else:
+            norm = safe_norm(x, a, x_i.dtype)
+        small = torch.uint8 if self.s < 256 else torch.int32
+        if kernel:  # the same levels in one pass
+            signs, small_level = compiled_quant.dither_encode(
+                x, norm, rng.keys, grid, self.s, small
+            )
+            level = small_level if self.coding == "fixed" else small_level.to(torch.int64)
+        else:
+            signs = x < 0
+            r = a / torch.where(norm > 0, norm, 1.0)[:, None]
+            level = self._round(r.clamp(max=1.0), rng.uniform(d, dtype=x.dtype))
+            bad = ~torch.isfinite(norm)  # a NaN or inf entry: the norm carries it, levels void
+            if bool(bad.any()):
+                level = torch.where(bad[:, None], 0, level)
+            small_level = level.to(small)
         if self.coding == "fixed":
             nbits = self.bits(d)
         else:
             nbits = self.float_bits + elias_payload_bits(level)
-        small = torch.uint8 if self.s < 256 else torch.int32
         return self._packet(
             x_i,
             nbits,
             {"norm", "signs", "levels"},
             norm=norm,
-            signs=x < 0,
-            levels=level.to(small),
+            signs=signs,
+            levels=small_level,
         )
+
+    def _kernel_grid(self) -> int | None:
+        """The grid of :mod:`compressors.compiled_quant` that is this one, if any."""
+        return None
 
     def _decode(self, packet: Packet) -> torch.Tensor:
         f = packet.fields
+        grid = self._kernel_grid()
+        if grid is not None and compiled_quant.usable(f["norm"][:, None]):
+            return compiled_quant.dither_decode(f["norm"], f["levels"], f["signs"], grid, self.s)
         mag = f["norm"][:, None] * self._grid(f["levels"].to(torch.int64), f["norm"].dtype)
         return torch.where(f["signs"], -mag, mag)
 
@@ -163,6 +184,17 @@ class _Dithering(Compressor):
             nbits = self.float_bits + elias_payload_bits(level)
         levels = level.to(like.fields["levels"].dtype)
         return self._rebuilt(like, rd.r, nbits, norm=norm, signs=signs, levels=levels)
+
+
+def _max_abs(x: torch.Tensor) -> torch.Tensor:
+    """``x.abs().amax(dim=1)``, the same bits, without an ``|x|`` block: the larger of
+    ``max x`` and ``-min x`` (two vectorised reductions), made ``+0`` for all-zero rows; rows
+    with a NaN take the slow form, so the NaN is the one ``amax`` of ``|x|`` gives."""
+    top = torch.maximum(x.amax(dim=1), -x.amin(dim=1)).abs_()
+    nan = torch.isnan(top)
+    if bool(nan.any()):
+        top[nan] = x[nan].abs().amax(dim=1)
+    return top
 
 
 def norm_of(norm: str | int | float) -> float:
@@ -248,3 +280,6 @@ class QSGD(_LevelDithering):
 
     def _grid(self, level: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         return level.to(dtype) / self.s
+
+    def _kernel_grid(self) -> int | None:
+        return compiled_quant.QSGD if self.s < 1 << 24 else None

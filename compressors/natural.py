@@ -8,6 +8,7 @@ from typing import ClassVar
 
 import torch
 
+from compressors import compiled_quant
 from compressors.base import Compressor, Packet, work_dtype
 from compressors.bitpack import BitReader, BitWriter, bits_to_float, float_to_bits
 from streams import Streams
@@ -84,11 +85,17 @@ class Natural(Compressor):
         w = work_dtype(x_i.dtype)
         x = x_i.to(w)
         emax = math.frexp(torch.finfo(x_i.dtype).max)[1] - 1  # 2^emax: the largest power of 2
-        mag = round_to_power_of_two(x.abs(), rng.uniform(d, dtype=w), emax)
-        return self._packet(x_i, self.bits(d), {"signs", "magnitudes"}, signs=x < 0, magnitudes=mag)
+        if compiled_quant.usable(x):  # the same bits in one pass
+            signs, mag = compiled_quant.natural_encode(x, rng.keys, emax)
+        else:
+            signs = x < 0
+            mag = round_to_power_of_two(x.abs(), rng.uniform(d, dtype=w), emax)
+        return self._packet(x_i, self.bits(d), {"signs", "magnitudes"}, signs=signs, magnitudes=mag)
 
     def _decode(self, packet: Packet) -> torch.Tensor:
         f = packet.fields
+        if compiled_quant.usable(f["magnitudes"]):
+            return compiled_quant.natural_decode(f["signs"], f["magnitudes"])
         return torch.where(f["signs"], -f["magnitudes"], f["magnitudes"])
 
     def _write(self, packet: Packet, w: BitWriter) -> None:

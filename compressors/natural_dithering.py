@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
+from compressors import compiled_quant
 from compressors.base import Compressor
 from compressors.dithering import _LevelDithering
 
@@ -64,3 +65,6 @@ class NaturalDithering(_LevelDithering):
     def _grid(self, level: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         val = torch.ldexp(torch.ones(level.shape, dtype=dtype, device=level.device), level - self.s)
         return torch.where(level > 0, val, 0.0)
+
+    def _kernel_grid(self) -> int | None:
+        return compiled_quant.NATURAL if compiled_quant.natural_levels_ok(self.s) else None

@@ -75,9 +75,9 @@ def mark_rows(y: torch.Tensor, fields) -> torch.Tensor:
     return y
 
 
-def safe_norm(x: torch.Tensor, a: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """``||x||_2`` per row of ``x`` (``a = |x|``), without overflow or underflow, saturated at
-    ``finfo(dtype).max``; NaN for a row with a non-finite entry.
+def safe_norm(x: torch.Tensor, a: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
+    """``||x||_2`` per row of ``x`` (``a = |x|``, or ``None``: taken where needed), without
+    overflow or underflow, saturated at ``finfo(dtype).max``; NaN for a row with a non-finite entry.
 
     The plain norm is kept where it is in ``[sqrt(d tiny), finfo(dtype).max]`` (no square of an
     entry that matters was subnormal, nothing overflowed); the other rows are recomputed as
@@ -90,7 +90,7 @@ def safe_norm(x: torch.Tensor, a: torch.Tensor, dtype: torch.dtype) -> torch.Ten
     if bool(ok.all()):
         return norm
     rows = ~ok
-    sub = a[rows]
+    sub = x[rows].abs() if a is None else a[rows]
     top = sub.amax(dim=1)
     den = torch.where(top > 0, top, 1.0)
     again = top * torch.linalg.vector_norm(sub / den[:, None], dim=1)

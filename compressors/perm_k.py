@@ -8,6 +8,7 @@ from typing import ClassVar
 
 import torch
 
+from compressors import compiled_perm
 from compressors.base import Compressor, Packet, check_float_bits, scatter_sum
 from compressors.bitpack import BitReader, BitWriter
 from compressors.nonfinite import nonfinite_rows, poison_first, saturate
@@ -95,36 +96,45 @@ class PermK(Compressor):
     def examples(cls) -> list[Compressor]:
         return [cls(n=4), cls(n=3), cls(n=1)]
 
-    def _positions(self, d: int, rng: Streams) -> tuple[torch.Tensor, torch.Tensor]:
-        """Positions in ``pi`` of each row's block ``(m, b)``, and which of them are real."""
-        n, dev = self._n(), rng.device
+    def _indices(
+        self, perm: torch.Tensor, rng: Streams
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Each row's block of ``perm`` ``(m, b)``, and which of its entries are real (``None``:
+        all are; the blocks are the paper's contiguous ones, cut from a shared row of ``perm``
+        without an index tensor where they can be)."""
+        n, d = self._n(), perm.shape[1]
         node = rng.nodes
         if node.numel() and (int(node.min()) < 0 or int(node.max()) >= n):
             raise ValueError(f"node ids must be in [0, {n}), got {node.tolist()}")
         if d < n:
-            return (node % d)[:, None], torch.ones(node.numel(), 1, dtype=torch.bool, device=dev)
+            return torch.gather(perm, 1, (node % d)[:, None]), None
         b = -(-d // n)
-        t = torch.arange(b, device=dev)
         if d % n == 0:
-            return node[:, None] * b + t, torch.ones(node.numel(), b, dtype=torch.bool, device=dev)
+            if node.numel() == 1:  # a view for n = 1, else a copy of b entries, not all d
+                block = perm[:1, int(node[0]) * b : (int(node[0]) + 1) * b]
+                return (block if n == 1 else block.clone()), None
+            if perm.stride(0) == 0:
+                return perm[0].view(n, b).index_select(0, node), None
+            return torch.gather(
+                perm, 1, node[:, None] * b + torch.arange(b, device=perm.device)
+            ), None
         r = rng.split(0x5EED).integers(n)
-        pos = (node - r) % n
-        pos = pos[:, None] + n * t
-        return pos.clamp(max=d - 1), pos < d
+        pos = ((node - r) % n)[:, None] + n * torch.arange(b, device=perm.device)
+        return torch.gather(perm, 1, pos.clamp(max=d - 1)), pos < d
 
     def _encode(self, x_i: torch.Tensor, rng: Streams) -> Packet:
         m, d = x_i.shape
         self._check_d(d)
         if m > 1 and bool((rng.keys == rng.keys[0]).all()):
-            perm = rng[:1].permutation(d).expand(m, d)  # one shared permutation, drawn once
+            perm = _permutation(rng[:1], d).expand(m, d)  # one shared permutation, drawn once
         else:
-            perm = rng.permutation(d)
-        pos, real = self._positions(d, rng)
-        idx = torch.gather(perm, 1, pos)
+            perm = _permutation(rng, d)
+        idx, real = self._indices(perm, rng)
+        values = torch.gather(x_i, 1, idx)
         values = poison_first(
-            torch.where(real, torch.gather(x_i, 1, idx), 0.0), nonfinite_rows(x_i)
+            values if real is None else torch.where(real, values, 0.0), nonfinite_rows(x_i)
         )
-        nbits = self.float_bits * real.sum(dim=1)
+        nbits = self.float_bits * (idx.shape[1] if real is None else real.sum(dim=1))
         scale = float(min(self._n(), d))
         # The keys are shared randomness (every node holds them): the receiver of node j's
         # message rebuilds its block from them and j, so they cost no bits.
@@ -152,10 +162,16 @@ class PermK(Compressor):
         self._check_d(d)
         keys = like.meta["keys"][:1].to(rd.device).expand(rd.r).clone()
         rng = Streams(keys, nodes)
-        perm = rng[:1].permutation(d).expand(rd.r, d)
-        pos, real = self._positions(d, rng)
-        count = real.sum(dim=1)
-        values = rd.floats(pos.shape[1], like.fields["values"].dtype, count=count)
+        perm = _permutation(rng[:1], d).expand(rd.r, d)
+        idx, real = self._indices(perm, rng)
+        count = torch.full_like(nodes, idx.shape[1]) if real is None else real.sum(dim=1)
+        values = rd.floats(idx.shape[1], like.fields["values"].dtype, count=count)
         meta = {"scale": like.meta["scale"], "keys": keys}
-        idx = torch.gather(perm, 1, pos)
         return self._rebuilt(like, rd.r, self.float_bits * count, meta, values=values, indices=idx)
+
+
+def _permutation(rng: Streams, d: int) -> torch.Tensor:
+    """``rng.permutation(d)``, by the compiled bucket sort where it serves (the same rows)."""
+    if compiled_perm.usable(rng.keys):
+        return compiled_perm.permutation(rng.keys, d)
+    return rng.permutation(d)

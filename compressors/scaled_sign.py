@@ -7,6 +7,7 @@ from typing import ClassVar
 
 import torch
 
+from compressors import compiled_quant
 from compressors.base import Compressor, Packet, check_float_bits, work_dtype
 from compressors.bitpack import BitReader, BitWriter
 from streams import Streams
@@ -66,6 +67,8 @@ class ScaledSign(Compressor):
 
     def _decode(self, packet: Packet) -> torch.Tensor:
         f = packet.fields
+        if compiled_quant.usable(f["scale"][:, None]):
+            return compiled_quant.select(f["signs"], -f["scale"], f["scale"])
         scale = f["scale"][:, None].expand(-1, packet.d)
         return torch.where(f["signs"], -scale, scale)
 

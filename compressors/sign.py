@@ -7,6 +7,7 @@ from typing import ClassVar
 
 import torch
 
+from compressors import compiled_quant
 from compressors.base import Compressor, Packet
 from compressors.bitpack import BitReader, BitWriter
 from compressors.nonfinite import NONFINITE, mark_rows, nonfinite_rows
@@ -45,6 +46,9 @@ class Sign(Compressor):
 
     def _decode(self, packet: Packet) -> torch.Tensor:
         signs = packet.fields["signs"]
+        if compiled_quant.serves(signs.device, packet.dtype):
+            one = torch.ones(packet.m, dtype=packet.dtype)
+            return mark_rows(compiled_quant.select(signs, -one, one), packet.fields)
         return mark_rows(torch.where(signs, -1.0, 1.0).to(packet.dtype), packet.fields)
 
     def _write(self, packet: Packet, w: BitWriter) -> None:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
+from compressors import compiled_quant
 from compressors.base import Compressor
 from compressors.dithering import QSGD, _Dithering
 
@@ -61,3 +62,6 @@ class TernGrad(_Dithering):
 
     def _grid(self, level: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         return level.to(dtype)
+
+    def _kernel_grid(self) -> int | None:
+        return compiled_quant.TERNGRAD
