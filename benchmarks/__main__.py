@@ -1,13 +1,18 @@
 """``python -m benchmarks [--quick] [--out DIR] [--device cpu|cuda] [--only PARTS]``: the
 issue-9 benchmark suite (not tests): per-iteration time against per-node NumPy loops, % of
 the memory-bandwidth bound, compressors against torch primitives, peak memory against state
-size, batched against looped deep-net gradients. Prints a markdown report; with ``--out``
+size, batched against looped deep-net gradients, and (``paper``, issue 16) the EF21, DIANA,
+MARINA and DASHA papers' setups on the LIBSVM sets mushrooms, phishing, a9a and w8a (n = 20,
+from ``$COMPZOO_DATA`` or ``../shared/data/libsvm/``, each skipped with a message when absent)
+against careful per-node NumPy/SciPy-CSR loops, with the data-pass bounds and the per-step
+floor: ``python -m benchmarks --only paper``. Prints a markdown report; with ``--out``
 also writes ``DIR/benchmarks.md`` and the raw numbers in ``DIR/benchmarks.json``.
 
 On a 2-core machine ``--quick`` takes about 3 minutes (numba's first compilation included); the
 full run takes much longer (every case, more repeats, each loop timed twice) and several GiB of
 memory (the ``d = 10^4, m_i = 500`` case, and the memory part at ``(n, d) = (1000, 10^5)``,
-where one method's subprocess peaks near 4 GiB).
+where one method's subprocess peaks near 4 GiB). ``--only paper`` times 500 steps (100 with
+``--quick``) per method, set and dtype, three times.
 """
 
 from __future__ import annotations
@@ -23,9 +28,9 @@ from pathlib import Path
 
 import torch
 
-from benchmarks import bandwidth, compressors_bench, deep, memory, per_iteration, report
+from benchmarks import bandwidth, compressors_bench, deep, memory, paper, per_iteration, report
 
-PARTS = ("iterations", "compressors", "memory", "deep")
+PARTS = ("iterations", "compressors", "memory", "deep", "paper")
 log = logging.getLogger("benchmarks")
 
 
@@ -62,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         "compressors": lambda: compressors_bench.run(args.quick, dev),
         "memory": lambda: memory.run(args.quick, dev),
         "deep": lambda: deep.run(args.quick, dev),
+        "paper": lambda: paper.run(args.quick, dev),
     }
     for part in PARTS:
         t0 = time.perf_counter()
@@ -78,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         "compressors": report.derive_compressors(raw["compressors"]),
         "memory": report.derive_memory(raw["memory"]),
         "deep": report.derive_deep(raw["deep"]),
+        "paper": report.derive_paper(raw["paper"], bw),
     }
     total = time.perf_counter() - t_start
     res["meta"] = (

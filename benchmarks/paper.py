@@ -1,0 +1,200 @@
+"""The papers' setups: seconds per step on the LIBSVM sets of the EF21, MARINA and DASHA papers.
+
+``python -m benchmarks --only paper [--quick]``. EF21 + Top-1 (arXiv 2106.05203, Sec. 4),
+DIANA and MARINA + Rand-10 (arXiv 2102.07845, Sec. 5) and DASHA + Rand-10 (arXiv 2202.01268,
+Sec. 6), each with its theory step, on ``logreg-nonconvex`` (lambda = 0.1) over mushrooms,
+phishing, a9a and w8a, split contiguously among ``n = 20`` nodes, in float64 and float32.
+The files are read from ``$COMPZOO_DATA`` (``NAME.txt`` or ``libsvm/NAME.txt``), else from
+``../shared/data/libsvm/`` beside the repository; a set that is absent is skipped with a
+message. compzoo keeps a set whose density exceeds ``problems.glm.DENSE_ABOVE`` dense
+(phishing): its row says ``storage dense``. DIANA starts from ``h_i^0 = 0`` (its
+``init_mode=zero``), as its loop does.
+
+Per (set, dtype, method), in one process, interleaved and repeated (median of 3):
+
+* compzoo: ``steps`` calls of ``algo.step`` after an untimed ``init`` (the runner's code path:
+  the problem built by ``problems.registry.make_problem``, the method, ``SimulatedComm``; no
+  evaluation, no history);
+* loop: the same steps of the careful per-node NumPy/SciPy-CSR loop of
+  :mod:`benchmarks.baselines_sparse` on the same rows (its initialisation untimed);
+* floor: compzoo's step on the same problem with a free gradient (a stored ``(n, d)`` gradient
+  copied out): what a step costs besides the gradient, the framework's per-step overhead.
+
+The data-pass bounds are the bytes one full gradient must read (``A x`` and ``A^T s``: the CSR
+values, int64 column indices and row pointers, twice; or the dense matrix, twice) divided by
+the measured memory bandwidth. The target (issue 16) is loop / compzoo >= 5x in float64.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from algorithms.comm import SimulatedComm
+from algorithms.registry import ALGORITHMS
+from algorithms.vr_common import TAG_COIN
+from benchmarks import bandwidth
+from benchmarks.baselines_sparse import DashaLoop, DianaLoop, EF21Loop, MarinaLoop, nodes_from_csr
+from compressors import parse_spec
+from problems.registry import make_problem
+
+log = logging.getLogger(__name__)
+
+DATASETS = ("mushrooms", "phishing", "a9a", "w8a")
+METHODS = (("ef21", "topk:k=1"), ("diana", "randk:k=10"), ("marina", "randk:k=10"))
+METHODS += (("dasha", "randk:k=10"),)
+NODES, LAM, REPEATS = 20, 0.1, 3
+OPTS = {"diana": {"init_mode": "zero"}}
+
+
+def find_data(name: str) -> Path | None:
+    """``NAME.txt`` under ``$COMPZOO_DATA`` (or its ``libsvm/``), else under
+    ``../shared/data/libsvm/`` beside the repository; None when absent."""
+    roots = []
+    if os.environ.get("COMPZOO_DATA"):
+        root = Path(os.environ["COMPZOO_DATA"])
+        roots += [root, root / "libsvm"]
+    roots.append(Path(__file__).resolve().parents[2] / "shared" / "data" / "libsvm")
+    return next((r / f"{name}.txt" for r in roots if (r / f"{name}.txt").is_file()), None)
+
+
+class FreeGrad:
+    """``problem`` with a free gradient: ``grad`` returns a copy of one stored ``(n, d)``
+    gradient (a copy, since methods may overwrite what ``grad`` returns)."""
+
+    def __init__(self, problem) -> None:
+        self._problem = problem
+        self._g = problem.grad(problem.x0)
+
+    def grad(self, x, batch=None):
+        return self._g.clone()
+
+    def __getattr__(self, name):
+        return getattr(self._problem, name)
+
+
+def configure(problem, name: str, spec: str):
+    """compzoo's method ``name`` with compressor ``spec`` and its theory step."""
+    algo, _rec = ALGORITHMS[name].configure(problem, parse_spec(spec), **OPTS.get(name, {}))
+    return algo
+
+
+def loop_for(problem, name: str, algo, k: int, steps: int, seed: int = 0):
+    """A fresh per-node loop of ``name`` on ``problem``'s rows, with ``algo``'s parameters
+    (MARINA's coins are compzoo's, drawn from ``SimulatedComm(n, seed)``)."""
+    dt = np.float32 if problem.dtype == torch.float32 else np.float64
+    nodes = nodes_from_csr(problem._A64, problem._b64, problem._offsets64, dt)
+    x0 = problem.x0.cpu().numpy().astype(dt)
+    d, g = problem.d, algo.gamma
+    if name == "ef21":
+        return EF21Loop(nodes, x0, g, k, LAM)
+    if name == "diana":
+        return DianaLoop(nodes, x0, g, k, algo._alpha(d), LAM, seed)
+    if name == "marina":
+        comm = SimulatedComm(problem.n, seed=seed)
+        syncs = np.array([comm.coin(t, algo._p(d), tag=TAG_COIN) for t in range(steps)])
+        return MarinaLoop(nodes, x0, g, k, syncs, LAM, seed)
+    if name == "dasha":
+        return DashaLoop(nodes, x0, g, k, algo._a(d), LAM, seed)
+    raise ValueError(f"no loop baseline for {name!r}; allowed: {[m for m, _ in METHODS]}")
+
+
+def time_compzoo(algo, problem, steps: int) -> float:
+    """Seconds per step of ``steps`` steps after an untimed ``init``."""
+    comm = SimulatedComm(problem.n, seed=0)
+    state = algo.init(problem.x0, problem, comm)
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        state, _info = algo.step(state, problem, comm)
+    return (time.perf_counter() - t0) / steps
+
+
+def time_loop(make, steps: int) -> float:
+    """Seconds per step of a fresh loop's ``steps`` steps (its initialisation untimed)."""
+    loop = make()
+    t0 = time.perf_counter()
+    loop.run(steps)
+    return (time.perf_counter() - t0) / steps
+
+
+def bench_set(path: Path, name: str, dtype: str, steps: int, repeats: int) -> list[dict]:
+    """One row per method on one data set and dtype; the methods' timings interleaved."""
+    problem = make_problem(
+        "logreg-nonconvex",
+        dataset=f"libsvm:{path}",
+        split="contiguous",
+        nodes=NODES,
+        lam=LAM,
+        dtype=dtype,
+        x0="zeros",
+    )
+    free = FreeGrad(problem)
+    N, d, nnz = problem._A64.shape[0], problem.d, int(problem._A64.nnz)
+    itemsize = torch.finfo(problem.dtype).bits // 8
+    jobs = []
+    for method, spec in METHODS:
+        algo = configure(problem, method, spec)
+        k = parse_spec(spec).k
+        jobs.append({"method": method, "spec": spec, "algo": algo, "k": k, "t": []})
+    for job in jobs:  # warm-up: lazy constants, numba compilation, allocator
+        time_compzoo(job["algo"], problem, 2)
+        time_compzoo(job["algo"], free, 2)
+        time_loop(lambda j=job: loop_for(problem, j["method"], j["algo"], j["k"], 2), 2)
+    for _ in range(repeats):
+        for job in jobs:
+            a, m, k = job["algo"], job["method"], job["k"]
+            ours = time_compzoo(a, problem, steps)
+            time.sleep(0.05)  # let torch's worker threads settle before NumPy runs
+            loop = time_loop(lambda a=a, m=m, k=k: loop_for(problem, m, a, k, steps), steps)
+            floor = time_compzoo(a, free, steps)
+            job["t"].append((ours, loop, floor))
+    rows = []
+    for job in jobs:
+        ours, loop, floor = (statistics.median(col) for col in zip(*job["t"], strict=True))
+        rows.append(
+            {
+                "dataset": name,
+                "dtype": dtype,
+                "method": job["method"],
+                "spec": job["spec"],
+                "n": NODES,
+                "N": N,
+                "d": d,
+                "nnz": nnz,
+                "storage": "dense" if problem.dense else "csr",  # compzoo's kernels
+                "steps": steps,
+                "compzoo_s": ours,
+                "loop_s": loop,
+                "floor_s": floor,
+                "sparse_bytes": bandwidth.data_bytes(N, d, itemsize, nnz),
+                "dense_bytes": bandwidth.data_bytes(N, d, itemsize),
+            }
+        )
+    return rows
+
+
+def run(quick: bool = False, device: str = "cpu", datasets=DATASETS) -> list[dict]:
+    """Every set of ``datasets`` found, in float64 and float32: 500 steps a timing (100 with
+    ``quick``), median of 3. A set that is absent gives a ``skipped`` row."""
+    if device != "cpu":
+        log.warning("paper: the loop baselines run on the CPU; compzoo runs on cpu here too")
+    steps = 100 if quick else 500
+    rows = []
+    for name in datasets:
+        path = find_data(name)
+        if path is None:
+            msg = f"{name}.txt not found in $COMPZOO_DATA or ../shared/data/libsvm/: skipped"
+            log.warning("paper: %s", msg)
+            rows.append({"dataset": name, "skipped": msg})
+            continue
+        for dtype in ("float64", "float32"):
+            t0 = time.perf_counter()
+            rows += bench_set(path, name, dtype, steps, REPEATS)
+            log.info("paper %s %s: %.1f s", name, dtype, time.perf_counter() - t0)
+    return rows

@@ -1,0 +1,149 @@
+"""The papers' benchmark (issue 16): its per-node CSR loops reproduce compzoo's iterates on a
+tiny LIBSVM file, its data lookup and free-gradient floor, and its report arithmetic on
+injected numbers (no timings are asserted)."""
+
+import numpy as np
+import pytest
+import torch
+
+from algorithms.comm import SimulatedComm
+from algorithms.registry import ALGORITHMS
+from benchmarks import __main__ as bench_main
+from benchmarks import paper, report
+from compressors import parse_spec
+from problems.registry import make_problem
+
+N, D, NODES = 90, 12, 5
+
+
+@pytest.fixture(scope="module")
+def tiny_file(tmp_path_factory):
+    """A LIBSVM file of sparse rows (values 0.5, 1 or 2) and labels -1/+1."""
+    rng = np.random.default_rng(3)
+    lines = []
+    for _ in range(N):
+        cols = np.flatnonzero(rng.random(D) < 0.2) + 1
+        vals = rng.choice([1.0, 0.5, 2.0], cols.size)
+        feats = " ".join(f"{c}:{v:g}" for c, v in zip(cols, vals, strict=True))
+        lines.append(f"{rng.choice([-1, 1]):+d} {feats}")
+    path = tmp_path_factory.mktemp("libsvm") / "tiny.txt"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _make(path, dtype):
+    """The problem as the benchmark builds it (contiguous split, lambda = 0.1, x0 = 0)."""
+    return make_problem(
+        "logreg-nonconvex",
+        dataset=f"libsvm:{path}",
+        split="contiguous",
+        nodes=NODES,
+        lam=paper.LAM,
+        dtype=dtype,
+        x0="zeros",
+    )
+
+
+@pytest.fixture(scope="module")
+def problem(tiny_file):
+    p = _make(tiny_file, "float64")
+    assert not p.dense  # the CSR path, as on the LIBSVM sets
+    return p
+
+
+def _compzoo(algo, problem, steps):
+    comm = SimulatedComm(problem.n, seed=0)
+    s = algo.init(problem.x0, problem, comm)
+    for _ in range(steps):
+        s, _info = algo.step(s, problem, comm)
+    return s.x.numpy()
+
+
+@pytest.mark.parametrize(
+    ("name", "spec", "opts", "steps"),
+    [
+        ("ef21", "topk:k=1", {}, 40),  # the benchmark's Top-1: deterministic
+        ("ef21", "topk:k=3", {}, 30),
+        ("diana", f"randk:k={D}", {"init_mode": "zero"}, 30),  # Rand-K with K = d: identity
+        ("marina", f"randk:k={D}", {"p": 0.5}, 30),  # both kinds of round
+        ("dasha", f"randk:k={D}", {}, 30),
+    ],
+)
+def test_loop_iterates_equal_compzoo(problem, name, spec, opts, steps):
+    algo, _ = ALGORITHMS[name].configure(problem, parse_spec(spec), **opts)
+    ours = _compzoo(algo, problem, steps)
+    loop = paper.loop_for(problem, name, algo, parse_spec(spec).k, steps)
+    base = loop.run(steps)
+    np.testing.assert_allclose(base, ours, rtol=0, atol=1e-10)
+    assert np.abs(ours).max() > 1e-3  # the iterates moved: not a comparison of zeros
+    if name == "marina":
+        assert 0 < loop.syncs.sum() < steps
+
+
+def test_loop_differs_when_the_maths_differ(problem):
+    # The check can fail: a loop with another step drifts away from compzoo's iterates.
+    algo, _ = ALGORITHMS["ef21"].configure(problem, parse_spec("topk:k=1"))
+    ours = _compzoo(algo, problem, 20)
+    loop = paper.loop_for(problem, "ef21", algo, 1, 20)
+    loop.gamma *= 1.01
+    assert np.abs(loop.run(20) - ours).max() > 1e-10
+
+
+def test_float32_loop_keeps_its_dtype(tiny_file):
+    p32 = _make(tiny_file, "float32")
+    algo = paper.configure(p32, "dasha", f"randk:k={D}")
+    loop = paper.loop_for(p32, "dasha", algo, D, 5)
+    x = loop.run(5)
+    assert x.dtype == np.float32 and loop.g_i.dtype == np.float32
+    np.testing.assert_allclose(x, _compzoo(algo, p32, 5), atol=1e-5)
+
+
+def test_free_gradient_returns_fresh_copies(problem):
+    free = paper.FreeGrad(problem)
+    g1, g2 = free.grad(problem.x0), free.grad(torch.ones(D, dtype=torch.float64))
+    torch.testing.assert_close(g1, problem.grad(problem.x0))
+    assert g1.data_ptr() != g2.data_ptr()
+    assert free.d == D and free.n == NODES
+    algo = paper.configure(problem, "ef21", "topk:k=1")
+    assert paper.time_compzoo(algo, free, 2) > 0
+
+
+def test_find_data_and_skip(monkeypatch, tmp_path):
+    (tmp_path / "libsvm").mkdir()
+    (tmp_path / "libsvm" / "a9a.txt").write_text("+1 1:1\n")
+    monkeypatch.setenv("COMPZOO_DATA", str(tmp_path))
+    assert paper.find_data("a9a") == tmp_path / "libsvm" / "a9a.txt"
+    monkeypatch.setenv("COMPZOO_DATA", str(tmp_path / "none"))
+    monkeypatch.setattr(paper, "find_data", lambda name: None)
+    rows = paper.run(quick=True, datasets=("w8a",))
+    assert rows == [{"dataset": "w8a", "skipped": rows[0]["skipped"]}]
+    assert "w8a.txt not found" in rows[0]["skipped"]
+
+
+def test_paper_report_ratios_bounds_and_misses():
+    row = {"dataset": "mushrooms", "method": "ef21", "spec": "topk:k=1", "n": 20, "N": 8124}
+    row.update(d=112, nnz=170_604, steps=500, sparse_bytes=2**20, dense_bytes=2**22)
+    rows = [
+        {**row, "dtype": "float64", "compzoo_s": 1e-3, "loop_s": 8e-3, "floor_s": 2.5e-4},
+        {**row, "dtype": "float64", "compzoo_s": 4e-3, "loop_s": 8e-3, "floor_s": 1e-3},
+        {**row, "dtype": "float32", "compzoo_s": 4e-3, "loop_s": 8e-3, "floor_s": 1e-3},
+        {"dataset": "w8a", "skipped": "w8a.txt not found: skipped"},
+    ]
+    out = report.derive_paper(rows, bandwidth=2.0**30)
+    assert out[0]["speedup"] == 8.0 and out[0]["target"] == "met"
+    assert out[0]["floor_share"] == 0.25
+    assert out[0]["sparse_bound_s"] == 2.0**-10 and out[0]["dense_bound_s"] == 2.0**-8
+    assert out[1]["target"] == "MISSED: 2.00x < 5x (compzoo 2.5x too slow)"
+    assert out[2]["target"] == "-"
+    assert out[3] == rows[3]
+    text = report.paper_markdown(out)
+    assert "| ef21 (topk:k=1) | 1 | 8 | 8.00x | 0.25 | 25% | 0.977 | 3.91 | met |" in text
+    assert "- mushrooms float64 ef21: MISSED: 2.00x < 5x" in text
+    assert "w8a.txt not found: skipped" in text
+
+
+def test_cli_knows_the_part():
+    assert "paper" in bench_main.PARTS
+    with pytest.raises(SystemExit) as e:
+        bench_main.main(["--only", "papers"])
+    assert e.value.code == 2
