@@ -6,3 +6,5 @@ Parts: :mod:`benchmarks.per_iteration` (every method against the per-node NumPy 
 :mod:`benchmarks.compressors_bench`, :mod:`benchmarks.memory`, :mod:`benchmarks.deep`;
 :mod:`benchmarks.report` turns their rows into ratios, targets and markdown.
 """
+
+import streams  # noqa: F401  (first: sets the OpenMP spin policy before torch loads)

@@ -6,6 +6,7 @@ bits. Non-finite and extreme values follow one policy, stated in :mod:`compresso
 finite rows decode to finite rows, rows with a NaN or inf entry to non-finite rows.
 """
 
+import streams  # noqa: F401  (first: sets the OpenMP spin policy before torch loads)
 from compressors.base import Compressor, Packet
 from compressors.blockwise import Blockwise
 from compressors.registry import COMPRESSORS, parse_spec, spec_of

@@ -8,3 +8,5 @@ Modules: ``config`` (sweep configs, one ``RunSpec`` per run), ``sweep`` (paralle
 execution; ``python -m experiments.sweep``), ``select`` (best multiplier per group) and ``plot``
 (``python -m experiments.plot``).
 """
+
+import streams  # noqa: F401  (first: sets the OpenMP spin policy before torch loads)

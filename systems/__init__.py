@@ -8,3 +8,5 @@
 - :mod:`systems.utility`: ``python -m systems.utility``, the table per compressor.
 - :mod:`systems.validate`: the model against measured torch.distributed (gloo) runs.
 """
+
+import streams  # noqa: F401  (first: sets the OpenMP spin policy before torch loads)
