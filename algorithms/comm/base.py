@@ -11,6 +11,7 @@ charges the downlink cost of what a real server would send.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,6 +86,13 @@ class Comm:
     @property
     def m(self) -> int:
         return self.nodes.numel()
+
+    def scratch(self) -> Comm:
+        """A copy sharing everything but the bit ledger, for calls whose bits must not count
+        (the runner's untimed warm-up of compiled kernels): what it charges is dropped."""
+        other = copy.copy(self)
+        other.ledger = Ledger.zeros(self.m)
+        return other
 
     # ------------------------------------------------------------ randomness
     def rng(self, t: int, shared: bool = False, tag: int = 0) -> Streams:

@@ -233,8 +233,9 @@ def parse_knobs(problem: str, items: list[str]) -> dict[str, Any]:
             else:
                 knobs[key] = raw
         except (ValueError, argparse.ArgumentTypeError) as e:
-            kind = type(default).__name__
-            raise BadInput(f"--problem-opt {key}={raw!r}: expected a {kind} ({e})") from None
+            names = {bool: "a boolean", int: "an integer", float: "a number"}
+            kind = names.get(type(default), type(default).__name__)
+            raise BadInput(f"--problem-opt {key}={raw!r}: expected {kind} ({e})") from None
     return knobs
 
 

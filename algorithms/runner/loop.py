@@ -9,7 +9,6 @@ and the scratch ledger is dropped, so this changes no number the run logs but th
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 import math
@@ -24,7 +23,6 @@ import torch
 from tqdm import tqdm
 
 from algorithms.base import Algorithm
-from algorithms.comm.base import Ledger
 from algorithms.runner.checkpoint import (
     check_history,
     load_checkpoint,
@@ -50,9 +48,7 @@ log = logging.getLogger("compzoo.run")
 
 def warm_up(algo: Algorithm, problem, comm) -> None:
     """One untimed ``init`` and ``step`` on a scratch copy of ``comm`` (see module docstring)."""
-    scratch = copy.copy(comm)
-    scratch.ledger = Ledger.zeros(comm.m)
-    scratch._fixed = None
+    scratch = comm.scratch()
     state = algo.init(problem.x0, problem, scratch)
     algo.step(state, problem, scratch)
 

@@ -242,7 +242,7 @@ CASES: list[Case] = [
     opt(
         "run-problem-opt-not-int",
         ["--problem-opt", "dim=abc"],
-        r"--problem-opt dim='abc': expected a int",
+        r"--problem-opt dim='abc': expected an integer",
     ),  # fmt: skip
     opt(
         "run-problem-opt-nan", ["--problem-opt", "L=nan"], r"L must be a finite number > 0, got nan"
