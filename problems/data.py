@@ -25,10 +25,15 @@ file, and a directory.
 Labels: with exactly two distinct values the smaller maps to -1 and the larger to +1 (LIBSVM's
 {0, 1} and {1, 2} as DESIGN.md pins it); more values are kept as they are (classes, or targets
 for least squares). Features are float64, CSR when sparse.
+
+A LIBSVM file is parsed once: the parsed arrays are kept in the cache of :mod:`problems.cache`
+under the sha256 of the file's bytes, and a later run on the same bytes reads them back (with
+``allow_pickle=False``) instead of parsing the text again.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,11 +41,15 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
+from problems import cache
+
 __all__ = ["Dataset", "load_tabular", "scale_features", "SCALINGS", "TABULAR"]
 
 TABULAR = ("synthetic", "breast-cancer", "digits", "digits-binary", "wine", "wine-binary")
 NAMED_LIBSVM = ("a9a", "mushrooms", "phishing", "w8a")
 SCALINGS = ("none", "standard", "maxabs", "rownorm")
+# The parsed form's version, part of its cache key: bump it when parsing changes.
+LIBSVM_FORMAT = "libsvm-csr-v1"
 
 
 @dataclass(frozen=True, eq=False)
@@ -119,8 +128,6 @@ def _sklearn(name: str):
 def _libsvm(path: str, problem: str, index_base: int = 1, max_dense_gib: float = 4.0):
     """Read a LIBSVM file into CSR features and labels, refusing bad files with a message that
     names the file, the line and the value (see the module docstring for the rules)."""
-    from sklearn.datasets import load_svmlight_file
-
     if index_base not in (0, 1):
         raise ValueError(f"{problem}: index_base must be 1 (LIBSVM) or 0, got {index_base!r}")
     if not max_dense_gib > 0:
@@ -140,6 +147,28 @@ def _libsvm(path: str, problem: str, index_base: int = 1, max_dense_gib: float =
         raise ValueError(f"{problem}: cannot read {where}: {e.strerror or e}") from e
     if b"\0" in head:
         raise ValueError(f"{problem}: {where} is a binary file, not LIBSVM text (label i:v ...)")
+    try:
+        raw = p.read_bytes()
+    except OSError as e:
+        raise ValueError(f"{problem}: cannot read {where}: {e.strerror or e}") from e
+    # A file parsed before (same bytes, same index base) is read back from the cache; its
+    # dense-size limit is checked again, and a file over it takes the full path below, which
+    # names the line.
+    k = cache.key(LIBSVM_FORMAT, hashlib.sha256(raw).digest(), index_base)
+    hit = cache.load("libsvm", k, {"data": "f", "indices": "i", "indptr": "i", "d": "i", "y": "f"})
+    if hit is not None:
+        shape = (hit["y"].size, int(hit["d"]))
+        if shape[0] * shape[1] * 8 <= max_dense_gib * 2**30:
+            return sp.csr_matrix((hit["data"], hit["indices"], hit["indptr"]), shape), hit["y"]
+    X, y = _parse_libsvm(p, where, problem, index_base, max_dense_gib)
+    arrays = {"data": X.data, "indices": X.indices, "indptr": X.indptr, "d": np.int64(X.shape[1])}
+    cache.store("libsvm", k, {**arrays, "y": np.asarray(y, dtype=np.float64)})
+    return X, y
+
+
+def _parse_libsvm(p: Path, where: str, problem: str, index_base: int, max_dense_gib: float):
+    from sklearn.datasets import load_svmlight_file
+
     try:
         X, y = load_svmlight_file(str(p), dtype=np.float64, zero_based=True)
     except (ValueError, UnicodeDecodeError, OSError) as e:

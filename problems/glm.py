@@ -24,7 +24,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from problems import glm_consts, glm_kernels, solver
+from problems import cache, glm_consts, glm_kernels, solver
 from problems.base import Batch, Consts, Problem, _Lazy, parse_x0
 from problems.data import load_tabular
 from problems.linalg import single_threaded
@@ -138,7 +138,7 @@ class GLM(Problem):
         # Compiled kernels (problems.glm_kernels) for every gradient when they serve this
         # loss, dtype and device; else torch's (block-)sparse and dense products.
         self._kernels = glm_kernels.available(self.KERNEL_LOSS, dt, self.device)
-        self._kdata = (self._Ad,) if self.dense else (self._crow, self._col, self._val, d)
+        self._kdata = glm_kernels.pack(self._Ad, (self._crow, self._col, self._val), d)
         self._select()
 
     # ------------------------------------------------------------------ construction
@@ -359,13 +359,40 @@ class GLM(Problem):
 
     def _compute_consts_now(self) -> Consts:
         r = self.REG_CURV * self.lam
-        L_i, L = glm_consts.smoothness(self._A64, self._offsets64, self._w64, self.PHI_CURV, r)
+        L_i, L = self._smoothness(r)
         extra: dict[str, float | None] = self._extra_consts()
         sol = None if self._solution is None else self._solved()
         if sol is not None:
             x, extra["f_star"] = sol
             extra["zeta2"] = float(np.mean(np.sum(self._node_grads64(x) ** 2, axis=1)))
         return Consts.from_L_i(L_i, L=L, **extra)
+
+    def _smoothness(self, r: float) -> tuple[np.ndarray, float]:
+        """``(L_i, L)`` of :func:`problems.glm_consts.smoothness`, memoised on disk
+        (:mod:`problems.cache`) under the data's bytes (rows in split order), the node offsets,
+        the row weights and the curvatures: another file, split, node count or ``lam`` is
+        another entry."""
+        A, c = self._A64, self.PHI_CURV
+        k = cache.key(
+            "glm-smoothness-v1",
+            A.data,
+            A.indices,
+            A.indptr,
+            A.shape,
+            self._offsets64,
+            self._w64,
+            c,
+            r,
+        )  # noqa: E501
+
+        def compute() -> dict[str, np.ndarray]:
+            L_i, L = glm_consts.smoothness(A, self._offsets64, self._w64, c, r)
+            return {"L_i": L_i, "L": np.float64(L)}
+
+        z = cache.memo("smoothness", k, {"L_i": "f", "L": "f"}, compute)
+        if z["L_i"].shape != (self._offsets64.size - 1,):
+            z = compute()
+        return z["L_i"], float(z["L"])
 
     def _extra_consts(self) -> dict[str, float | None]:
         """``mu`` and ``L_pm`` where known (subclasses)."""

@@ -4,11 +4,13 @@ A node's gradient ``(1/|S_i|) sum_{j in S_i} phi'(a_j^T x_i, b_j) a_j + grad R(x
 row twice, once for its margin and once for the weighted sum. Two library calls (a gemv for all
 margins, then a batched gemv for all sums) stream the whole data set from memory twice, and on
 this class of CPU MKL's gemv runs far below the memory bandwidth. These kernels instead take the
-nodes in parallel (``prange``), and for each node compute its margins, then its sum, while the
-node's rows are still in cache: the data crosses the memory bus about once. Rows are named by a
+nodes in parallel (``prange``) and make one pass over a node's rows: a row's margin, ``phi'`` and
+its share of the sum are computed while the row is in L1, so the data crosses the memory bus
+once. Rows are named by a
 row list (``rows[ptr[i]:ptr[i+1]]`` belong to node ``i``), so the full gradient (each node's own
 rows) and a minibatch (the sampled rows) are the same call. Dense rows are an ``(N, d)`` array;
-sparse rows are the CSR arrays, and the work is then proportional to the non-zeros.
+sparse rows are CSR arrays (int32 column indices; no values at all for binary features), and
+the work is then proportional to the non-zeros.
 
 Reassociation lets the compiler vectorise the dot products; the result is
 deterministic for a given machine and ``d``, and a node's gradient does not depend on which other
@@ -27,14 +29,11 @@ import torch
 
 from streams.compiled import launch, numba
 
-__all__ = ["LOSSES", "available", "grad", "margins"]
+__all__ = ["LOSSES", "available", "grad", "margins", "pack"]
 
 # The losses the kernels know: a GLM subclass names its own in ``KERNEL_LOSS``.
 LOSSES = {"logistic": 0, "squared": 1, "sigmoid-squared": 2}
 DTYPES = (torch.float32, torch.float64)
-# Entries of a block of dense rows (256 KiB in float64): a block's margins are computed, then
-# its weighted sum, while the block is still in the core's L2 cache.
-BLOCK = 32768
 
 
 def available(loss: str | None, dtype: torch.dtype, device: torch.device) -> bool:
@@ -44,6 +43,23 @@ def available(loss: str | None, dtype: torch.dtype, device: torch.device) -> boo
 
 def _np(t: torch.Tensor) -> np.ndarray:
     return t.detach().numpy()
+
+
+def pack(A: torch.Tensor | None, csr: tuple | None, d: int) -> tuple:
+    """The kernels' view of the data: ``(A,)`` for dense rows (an ``(N, d)`` tensor), or
+    ``(indptr, indices, values, unit, d)`` for CSR rows (``csr`` = torch's crow, col and value
+    tensors). Column indices are kept as int32 when ``d`` allows (a third of the bytes a
+    non-zero costs); when every stored value is 1 (binary features, as in most LIBSVM sets) the
+    values are not read at all (``unit``): a product by 1 is exact, so the gradient is bit for
+    bit the one computed with them."""
+    if A is not None:
+        return (_np(A),)
+    crow, col, val = (_np(t) for t in csr)
+    small = d < 2**31
+    indices = col.astype(np.int32) if small else col
+    unit = bool(val.size) and bool((val == 1).all())
+    values = val[:0] if unit else val
+    return (crow, indices, values, unit, d)
 
 
 def grad(
@@ -61,16 +77,15 @@ def grad(
     ``x_i`` and at ``y_i`` (each row read once for both points) plus ``R_i``.
 
     Args:
-        data: ``(A,)`` with ``A`` dense ``(N, d)``, or ``(indptr, indices, values, d)`` (CSR).
+        data: from :func:`pack`.
         b: ``(N,)`` labels. rows, ptr: int64 row list and node pointers.
         X, Y: ``(m, d)`` points, or ``(1, d)`` for one point shared by every node.
         R: the regulariser's term, ``(m, d)`` or ``(1, d)`` (shared).
         loss: a key of :data:`LOSSES`.
     """
     m = ptr.numel() - 1
-    d = data[-1] if len(data) == 4 else data[0].shape[1]
+    d = data[-1] if len(data) > 1 else data[0].shape[1]
     out = torch.empty(m, d, dtype=X.dtype)
-    z = np.empty(rows.numel(), dtype=_np(X).dtype)
     points = (
         _np(X),
         X.shape[0] == 1,
@@ -78,13 +93,11 @@ def grad(
         Y is not None and Y.shape[0] == 1,
     )
     args = (_np(b), _np(rows), _np(ptr), *points, Y is not None, _np(R), R.shape[0] == 1)
-    zero = z.dtype.type(0)
-    if len(data) == 4:
-        indptr, indices, values, _ = data
-        csr = (_np(indptr), _np(indices), _np(values))
-        launch(_sparse_grad, *csr, *args, LOSSES[loss], zero, _np(out), z)
+    zero = _np(out).dtype.type(0)
+    if len(data) > 1:
+        launch(_sparse_grad, *data[:4], *args, LOSSES[loss], zero, _np(out))
     else:
-        launch(_dense_grad, _np(data[0]), *args, LOSSES[loss], zero, _np(out), z)
+        launch(_dense_grad, data[0], *args, LOSSES[loss], zero, _np(out))
     return out
 
 
@@ -93,11 +106,10 @@ def margins(data: tuple, rows: torch.Tensor, ptr: torch.Tensor, X: torch.Tensor)
     z = torch.empty(rows.numel(), dtype=X.dtype)
     zero = _np(z).dtype.type(0)
     args = (_np(rows), _np(ptr), _np(X), X.shape[0] == 1, zero, _np(z))
-    if len(data) == 4:
-        indptr, indices, values, _ = data
-        launch(_sparse_margins, _np(indptr), _np(indices), _np(values), *args)
+    if len(data) > 1:
+        launch(_sparse_margins, *data[:4], *args)
     else:
-        launch(_dense_margins, _np(data[0]), *args)
+        launch(_dense_margins, data[0], *args)
     return z
 
 
@@ -142,69 +154,83 @@ def _dense_dot(a, x, zero):
 
 
 @_jit
-def _dense_node(A, b, rows, lo, hi, x, y, diff, r, code, zero, g, z):
+def _dense_node(A, b, rows, lo, hi, x, y, diff, r, code, zero, g):
+    """One pass over the node's rows: each row's margin, ``phi'`` and its share of the sum
+    while the row is in L1."""
     d = g.size
     for k in range(d):
         g[k] = r[k]
     inv = 1.0 / (hi - lo)
-    step = max(1, BLOCK // d)
-    for start in range(lo, hi, step):  # blocks of rows that stay in cache between the passes
-        stop = min(start + step, hi)
-        for j in range(start, stop):
-            row = rows[j]
-            s = _dphi(code, _dense_dot(A[row], x, zero), b[row])
-            if diff:
-                s -= _dphi(code, _dense_dot(A[row], y, zero), b[row])
-            z[j] = s * inv
-        for j in range(start, stop):
-            a, s = A[rows[j]], z[j]
-            for k in range(d):
-                g[k] += s * a[k]
+    for j in range(lo, hi):
+        a, row = A[rows[j]], rows[j]
+        s = _dphi(code, _dense_dot(a, x, zero), b[row])
+        if diff:
+            s -= _dphi(code, _dense_dot(a, y, zero), b[row])
+        s = s * inv
+        for k in range(d):
+            g[k] += s * a[k]
 
 
 @_pjit
-def _dense_grad(A, b, rows, ptr, X, x_shared, Y, y_shared, diff, R, r_shared, code, zero, out, z):
+def _dense_grad(A, b, rows, ptr, X, x_shared, Y, y_shared, diff, R, r_shared, code, zero, out):
     for i in _prange(ptr.size - 1):
         x = X[0] if x_shared else X[i]
         y = Y[0] if y_shared else Y[i]
         r = R[0] if r_shared else R[i]
-        _dense_node(A, b, rows, ptr[i], ptr[i + 1], x, y, diff, r, code, zero, out[i], z)
+        _dense_node(A, b, rows, ptr[i], ptr[i + 1], x, y, diff, r, code, zero, out[i])
 
 
 @_sjit
-def _sparse_dot(indptr, indices, values, row, x, zero):
-    s = zero
-    for p in range(indptr[row], indptr[row + 1]):
-        s += values[p] * x[indices[p]]
-    return s
-
-
-@_sjit
-def _sparse_node(indptr, indices, values, b, rows, lo, hi, x, y, diff, r, code, zero, g, z):
+def _sparse_node(indptr, indices, values, unit, b, rows, lo, hi, x, y, diff, r, code, zero, g):
+    """One pass over the node's rows: a row's margin, ``phi'`` and scatter while its indices
+    are in L1 (the same operations in the same order as a margins pass then a sum pass). The
+    loops are written out for binary and valued rows (a branch per row costs a third)."""
     for k in range(g.size):
         g[k] = r[k]
     inv = 1.0 / (hi - lo)
-    for j in range(lo, hi):
-        row = rows[j]
-        s = _dphi(code, _sparse_dot(indptr, indices, values, row, x, zero), b[row])
-        if diff:
-            s -= _dphi(code, _sparse_dot(indptr, indices, values, row, y, zero), b[row])
-        z[j] = s * inv
-    for j in range(lo, hi):
-        row, s = rows[j], z[j]
-        for p in range(indptr[row], indptr[row + 1]):
-            g[indices[p]] += s * values[p]
+    if unit:
+        for j in range(lo, hi):
+            row = rows[j]
+            p0, p1 = indptr[row], indptr[row + 1]
+            s = zero
+            for p in range(p0, p1):
+                s += x[indices[p]]
+            s = _dphi(code, s, b[row])
+            if diff:
+                t = zero
+                for p in range(p0, p1):
+                    t += y[indices[p]]
+                s -= _dphi(code, t, b[row])
+            s = s * inv
+            for p in range(p0, p1):
+                g[indices[p]] += s
+    else:
+        for j in range(lo, hi):
+            row = rows[j]
+            p0, p1 = indptr[row], indptr[row + 1]
+            s = zero
+            for p in range(p0, p1):
+                s += values[p] * x[indices[p]]
+            s = _dphi(code, s, b[row])
+            if diff:
+                t = zero
+                for p in range(p0, p1):
+                    t += values[p] * y[indices[p]]
+                s -= _dphi(code, t, b[row])
+            s = s * inv
+            for p in range(p0, p1):
+                g[indices[p]] += s * values[p]
 
 
 @_spjit
-def _sparse_grad(indptr, indices, values, b, rows, ptr, X, x_shared, Y, y_shared, diff, R, r_shared, code, zero, out, z):  # fmt: skip  # noqa: E501
-    csr = (indptr, indices, values)
+def _sparse_grad(indptr, indices, values, unit, b, rows, ptr, X, x_shared, Y, y_shared, diff, R, r_shared, code, zero, out):  # fmt: skip  # noqa: E501
+    csr = (indptr, indices, values, unit)
     for i in _prange(ptr.size - 1):
         x = X[0] if x_shared else X[i]
         y = Y[0] if y_shared else Y[i]
         r = R[0] if r_shared else R[i]
         lo, hi = ptr[i], ptr[i + 1]
-        _sparse_node(*csr, b, rows, lo, hi, x, y, diff, r, code, zero, out[i], z)
+        _sparse_node(*csr, b, rows, lo, hi, x, y, diff, r, code, zero, out[i])
 
 
 @_pjit
@@ -216,8 +242,18 @@ def _dense_margins(A, rows, ptr, X, x_shared, zero, z):
 
 
 @_spjit
-def _sparse_margins(indptr, indices, values, rows, ptr, X, x_shared, zero, z):
+def _sparse_margins(indptr, indices, values, unit, rows, ptr, X, x_shared, zero, z):
     for i in _prange(ptr.size - 1):
         x = X[0] if x_shared else X[i]
-        for j in range(ptr[i], ptr[i + 1]):
-            z[j] = _sparse_dot(indptr, indices, values, rows[j], x, zero)
+        if unit:
+            for j in range(ptr[i], ptr[i + 1]):
+                row, s = rows[j], zero
+                for p in range(indptr[row], indptr[row + 1]):
+                    s += x[indices[p]]
+                z[j] = s
+        else:
+            for j in range(ptr[i], ptr[i + 1]):
+                row, s = rows[j], zero
+                for p in range(indptr[row], indptr[row + 1]):
+                    s += values[p] * x[indices[p]]
+                z[j] = s

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import scipy.linalg as sla
 from scipy.optimize import minimize
+
+from problems import cache
 
 __all__ = ["solve", "cache_dir", "cache_key", "cached_solve", "GRAD_TOL", "ACCEPT_TOL"]
 
@@ -80,9 +80,8 @@ def solve(
 
 
 def cache_dir() -> Path:
-    """``$COMPZOO_CACHE`` or ``~/.cache/compzoo``."""
-    env = os.environ.get("COMPZOO_CACHE")
-    return Path(env) if env else Path.home() / ".cache" / "compzoo"
+    """``$COMPZOO_CACHE`` or ``~/.cache/compzoo`` (:func:`problems.cache.cache_dir`)."""
+    return cache.cache_dir()
 
 
 def cache_key(*parts: object) -> str:
@@ -100,22 +99,11 @@ def cache_key(*parts: object) -> str:
 
 
 def cached_solve(key: str, compute: Callable[[], tuple[np.ndarray, float, float]]):
-    """``compute()`` memoised on disk as ``<cache_dir>/fstar-<key>.npz``."""
-    path = cache_dir() / f"fstar-{key}.npz"
-    if path.is_file():
-        try:
-            with np.load(path) as z:
-                return np.array(z["x"]), float(z["f"]), float(z["gn"])
-        except (OSError, KeyError, ValueError):
-            log.warning("ignoring unreadable cache file %s", path)
-    x, f, gn = compute()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".npz")
-        with os.fdopen(fd, "wb") as fh:
-            np.savez(fh, x=x, f=f, gn=gn)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except OSError as e:
-        log.warning("cannot write the f_star cache %s: %s", path, e)
-    return x, f, gn
+    """``compute()`` memoised on disk as ``<cache_dir>/fstar-<key>.npz`` (:mod:`problems.cache`)."""
+
+    def arrays() -> dict[str, np.ndarray]:
+        x, f, gn = compute()
+        return {"x": np.asarray(x), "f": np.float64(f), "gn": np.float64(gn)}
+
+    z = cache.memo("fstar", key, {"x": "f", "f": "f", "gn": "f"}, arrays)
+    return np.array(z["x"]), float(z["f"]), float(z["gn"])

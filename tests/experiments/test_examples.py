@@ -74,3 +74,14 @@ def test_help_describes_the_format_and_its_example_loads():
     assert len(runs) == 2 * 2 * 7 * 3  # methods x compressors x multipliers x seeds
     assert sorted({r.params["step_mult"] for r in runs}) == [2.0**e for e in range(-2, 5)]
     assert runs[-1].argv[:2] == ["ef-sgd", "--problem"] and "--batch-size" in runs[-1].argv
+
+
+def test_the_benchmark_grid_config_is_the_ef21_papers_grid():
+    """``benchmarks/ef21_grid.toml`` (the sweep timed for the LIBSVM performance work) loads and
+    expands to 2 methods x 4 sets x 12 multipliers = 96 runs of 2000 iterations."""
+    cfg = load_config(ROOT / "benchmarks" / "ef21_grid.toml")
+    runs = cfg.runs()
+    assert len(runs) == 96
+    assert {r.params["dataset"] for r in runs} == {"mushrooms", "phishing", "a9a", "w8a"}
+    assert {r.params["step_mult"] for r in runs} == {2.0**e for e in range(12)}
+    assert {r.params["iters"] for r in runs} == {2000}
