@@ -295,3 +295,56 @@ def test_a_live_sweep_locks_its_folder(sweep):
     lock.write_text(f"{dead.pid}\n")  # left behind by a killed sweep: ignored
     run_sweep(sweep["cfg"], out, progress=False)
     assert not lock.exists()
+
+
+TIME_COLUMNS = {"wall_s", "t_compute", "t_encode", "t_communicate", "t_decode"}
+
+
+def _histories(out: Path) -> dict[str, list[dict]]:
+    return {
+        d.name: [{k: v for k, v in r.items() if k not in TIME_COLUMNS} for r in read_csv(h)]
+        for d in sorted((out / "runs").iterdir())
+        for h in [d / "history.csv"]
+    }
+
+
+def test_runs_forked_from_the_server_equal_runs_in_their_own_process(tmp_path, monkeypatch):
+    """The fork server (experiments.zygote) against ``COMPZOO_SWEEP_FORK=0`` (every run a
+    fresh ``python -m algorithms.run``): the same runs, statuses and histories, bit for bit."""
+    cfg_path = tmp_path / "tiny.toml"
+    cfg_path.write_text(TOML)
+    forked = run_sweep(cfg_path, tmp_path / "forked", jobs=2, progress=False)
+    monkeypatch.setenv("COMPZOO_SWEEP_FORK", "0")
+    plain = run_sweep(cfg_path, tmp_path / "plain", jobs=2, progress=False)
+    rows = [[{k: v for k, v in r.items() if k not in TIME_COLUMNS}
+             for r in read_csv(o / "summary.csv")]
+            for o in (forked, plain)]  # fmt: skip
+    assert rows[0] == rows[1] and len(rows[0]) == 12
+    assert {r["status"] for r in rows[0]} == {"completed", "diverged"}
+    assert _histories(forked) == _histories(plain)
+
+
+def test_a_dead_fork_server_costs_only_a_subprocess(tmp_path):
+    """A server that died between runs: the run goes to a plain subprocess and completes."""
+    from experiments import sweep as sw
+
+    cfg = load_config(
+        {"name": "one", "base": {"problem": "quadratic", "nodes": 2, "iters": 5},
+         "methods": [{"algorithm": "ef21"}]}
+    )  # fmt: skip
+    (spec,) = cfg.runs()
+    servers = sw._Servers(1, sw._env())
+    proc = servers.take()
+    assert proc is not None
+    proc.kill()
+    proc.wait()
+    servers.give(proc, alive=True)  # its death not yet noticed
+    try:
+        status = sw._execute(spec, tmp_path / "run", sw._env(), servers)
+        assert status == "completed"
+        assert json.loads((tmp_path / "run" / "summary.json").read_text())["iters"] == 5
+        again = servers.take()  # a new server replaces the dead one
+        assert again is not None and again is not proc and again.poll() is None
+        servers.give(again, alive=True)
+    finally:
+        servers.close()
