@@ -20,6 +20,13 @@ Per (set, dtype, method), in one process, interleaved and repeated (median of 3)
 * floor: compzoo's step on the same problem with a free gradient (a stored ``(n, d)`` gradient
   copied out): what a step costs besides the gradient, the framework's per-step overhead.
 
+* grad: compzoo's full gradient alone (the problem's compiled kernel), at a shared point;
+* two-touch: the cheapest pass that reads each stored entry of compzoo's storage twice, once
+  for a margin and once for the sum, nodes in parallel (no loss, no labels): what a gradient
+  costs on this CPU when all else is free. ``loop / (floor + two-touch)`` is then the largest
+  loop / compzoo ratio a method could reach on this storage, a measured ceiling for the 5x
+  target.
+
 The data-pass bounds are the bytes one full gradient must read (``A x`` and ``A^T s``: the CSR
 values, int64 column indices and row pointers, twice; or the dense matrix, twice) divided by
 the measured memory bandwidth. The target (issue 16) is loop / compzoo >= 5x in float64.
@@ -43,6 +50,7 @@ from benchmarks import bandwidth
 from benchmarks.baselines_sparse import DashaLoop, DianaLoop, EF21Loop, MarinaLoop, nodes_from_csr
 from compressors import parse_spec
 from problems.registry import make_problem
+from streams.compiled import launch, numba
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +123,74 @@ def time_compzoo(algo, problem, steps: int) -> float:
     return (time.perf_counter() - t0) / steps
 
 
+def time_grad(problem, steps: int) -> float:
+    """Seconds per call of compzoo's full gradient at one point shared by the nodes (what
+    EF21's step asks of the problem)."""
+    x = problem.x0
+    problem.grad(x)
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        problem.grad(x)
+    return (time.perf_counter() - t0) / steps
+
+
+def time_touch(problem, steps: int) -> float:
+    """Seconds per call of the two-touch pass on compzoo's own storage of the data: for every
+    node's rows, the margin ``sum_k a_jk x_k`` and then ``g += s a_j``, with no loss, label
+    or regulariser, nodes in parallel on as many threads as compzoo's kernels. Every gradient
+    of a GLM on this storage reads each stored entry for a margin and for the sum, so this is
+    what the gradient costs on this CPU when everything but those two reads is free."""
+    if numba is None or not problem._kernels:
+        return float("nan")
+    data, X = problem._kdata, torch.zeros(problem.n, problem.d, dtype=problem.dtype).numpy()
+    out, ptr = np.empty_like(X), problem._ptr.numpy()
+    if len(data) > 1:
+        indptr, indices, values, unit, _d = data
+        args = (indptr, indices, values if not unit else indices[:0].astype(X.dtype), unit, ptr)
+        call = lambda: launch(_touch_csr, *args, X, out)  # noqa: E731
+    else:
+        call = lambda: launch(_touch_dense, data[0], ptr, X, out)  # noqa: E731
+    call()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        call()
+    return (time.perf_counter() - t0) / steps
+
+
+if numba is not None:
+
+    @numba.njit(cache=True, nogil=True, parallel=True)
+    def _touch_csr(indptr, indices, values, unit, ptr, X, out):
+        for i in numba.prange(ptr.size - 1):
+            x, g = X[i], out[i]
+            g[:] = 0
+            for row in range(ptr[i], ptr[i + 1]):
+                s = x[0] * 0
+                if unit:
+                    for p in range(indptr[row], indptr[row + 1]):
+                        s += x[indices[p]]
+                    for p in range(indptr[row], indptr[row + 1]):
+                        g[indices[p]] += s
+                else:
+                    for p in range(indptr[row], indptr[row + 1]):
+                        s += values[p] * x[indices[p]]
+                    for p in range(indptr[row], indptr[row + 1]):
+                        g[indices[p]] += s * values[p]
+
+    @numba.njit(cache=True, nogil=True, parallel=True, fastmath={"reassoc", "contract"})
+    def _touch_dense(A, ptr, X, out):
+        for i in numba.prange(ptr.size - 1):
+            x, g = X[i], out[i]
+            g[:] = 0
+            for row in range(ptr[i], ptr[i + 1]):
+                a = A[row]
+                s = x[0] * 0
+                for k in range(a.size):
+                    s += a[k] * x[k]
+                for k in range(a.size):
+                    g[k] += s * a[k]
+
+
 def time_loop(make, steps: int) -> float:
     """Seconds per step of a fresh loop's ``steps`` steps (its initialisation untimed)."""
     loop = make()
@@ -146,7 +222,10 @@ def bench_set(path: Path, name: str, dtype: str, steps: int, repeats: int) -> li
         time_compzoo(job["algo"], problem, 2)
         time_compzoo(job["algo"], free, 2)
         time_loop(lambda j=job: loop_for(problem, j["method"], j["algo"], j["k"], 2), 2)
+    grads, touches = [], []
     for _ in range(repeats):
+        grads.append(time_grad(problem, steps))
+        touches.append(time_touch(problem, steps))
         for job in jobs:
             a, m, k = job["algo"], job["method"], job["k"]
             ours = time_compzoo(a, problem, steps)
@@ -172,6 +251,8 @@ def bench_set(path: Path, name: str, dtype: str, steps: int, repeats: int) -> li
                 "compzoo_s": ours,
                 "loop_s": loop,
                 "floor_s": floor,
+                "grad_s": statistics.median(grads),
+                "touch_s": statistics.median(touches),
                 "sparse_bytes": bandwidth.data_bytes(N, d, itemsize, nnz),
                 "dense_bytes": bandwidth.data_bytes(N, d, itemsize),
             }

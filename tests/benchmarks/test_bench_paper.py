@@ -106,6 +106,7 @@ def test_free_gradient_returns_fresh_copies(problem):
     assert free.d == D and free.n == NODES
     algo = paper.configure(problem, "ef21", "topk:k=1")
     assert paper.time_compzoo(algo, free, 2) > 0
+    assert paper.time_grad(problem, 2) > 0 and paper.time_touch(problem, 2) > 0
 
 
 def test_find_data_and_skip(monkeypatch, tmp_path):
@@ -123,22 +124,31 @@ def test_find_data_and_skip(monkeypatch, tmp_path):
 def test_paper_report_ratios_bounds_and_misses():
     row = {"dataset": "mushrooms", "method": "ef21", "spec": "topk:k=1", "n": 20, "N": 8124}
     row.update(d=112, nnz=170_604, steps=500, sparse_bytes=2**20, dense_bytes=2**22)
+    t64 = {"dtype": "float64", "loop_s": 8e-3, "floor_s": 2.5e-4}
     rows = [
-        {**row, "dtype": "float64", "compzoo_s": 1e-3, "loop_s": 8e-3, "floor_s": 2.5e-4},
-        {**row, "dtype": "float64", "compzoo_s": 4e-3, "loop_s": 8e-3, "floor_s": 1e-3},
-        {**row, "dtype": "float32", "compzoo_s": 4e-3, "loop_s": 8e-3, "floor_s": 1e-3},
+        {**row, **t64, "compzoo_s": 1e-3, "grad_s": 5e-4, "touch_s": 7.5e-4},
+        {**row, **t64, "compzoo_s": 4e-3, "grad_s": 2e-3, "touch_s": 1e-3},
+        {**row, **t64, "dtype": "float32", "compzoo_s": 4e-3, "grad_s": 2e-3, "touch_s": 1e-3},
         {"dataset": "w8a", "skipped": "w8a.txt not found: skipped"},
     ]
     out = report.derive_paper(rows, bandwidth=2.0**30)
     assert out[0]["speedup"] == 8.0 and out[0]["target"] == "met"
     assert out[0]["floor_share"] == 0.25
     assert out[0]["sparse_bound_s"] == 2.0**-10 and out[0]["dense_bound_s"] == 2.0**-8
-    assert out[1]["target"] == "MISSED: 2.00x < 5x (compzoo 2.5x too slow)"
+    assert out[0]["ceiling"] == 8.0  # 8 / (0.25 + 0.75)
+    assert out[0]["bound_ratio"] == pytest.approx(1e-3 / (2.0**-10 + 2.5e-4))
+    assert out[0]["bound_target"] == "met"
+    assert out[1]["target"] == "MISSED: 2.00x < 5x (compzoo 2.5x too slow; ceiling 6.40x)"
+    ratio = 4e-3 / (2.0**-10 + 2.5e-4)
+    assert out[1]["bound_target"] == f"MISSED: {ratio:.2f}x > 3x"
     assert out[2]["target"] == "-"
     assert out[3] == rows[3]
     text = report.paper_markdown(out)
-    assert "| ef21 (topk:k=1) | 1 | 8 | 8.00x | 0.25 | 25% | 0.977 | 3.91 | met |" in text
+    first = "| ef21 (topk:k=1) | 1 | 8 | 8.00x | 0.25 | 25% | 0.5 | 0.75 | 8.00x | 0.977 | 3.91 | "
+    assert first + f"{out[0]['bound_ratio']:.2f}x (met) | met |" in text
     assert "- mushrooms float64 ef21: MISSED: 2.00x < 5x" in text
+    assert f"- mushrooms float64 ef21: MISSED: {ratio:.2f}x > 3x (bound + floor)" in text
+    assert "- mushrooms float32 ef21: MISSED" not in text
     assert "w8a.txt not found: skipped" in text
 
 
