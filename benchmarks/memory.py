@@ -80,6 +80,8 @@ def worker(n: int, d: int, iters: int, device: str = "cpu", methods=None) -> lis
     for name in methods or ALGORITHMS:
         spec = compressor_for(name, d)
         opts = {"init_mode": "zero"} if name == "diana" else {}
+        if name == "dcgd":  # its nonconvex step needs a horizon; memory does not depend on it
+            opts["horizon"] = 1000
         row = {"method": name, "spec": spec, "n": n, "d": d, "data_bytes": data}
         try:
             algo, _ = ALGORITHMS[name].configure(problem, parse_spec(spec), **opts)

@@ -20,6 +20,8 @@ Per (set, dtype, method), in one process, interleaved and repeated (median of 3)
 * floor: compzoo's step on the same problem with a free gradient (a stored ``(n, d)`` gradient
   copied out): what a step costs besides the gradient, the framework's per-step overhead.
 
+* storage: the full gradient with the data stored as CSR and as a dense array (float64), the
+  measured cost behind ``storage=auto``'s choice;
 * grad: compzoo's full gradient alone (the problem's compiled kernel), at a shared point;
 * two-touch: the cheapest pass that reads each stored entry of compzoo's storage twice, once
   for a margin and once for the sum, nodes in parallel (no loss, no labels): what a gradient
@@ -121,6 +123,30 @@ def time_compzoo(algo, problem, steps: int) -> float:
     for _ in range(steps):
         state, _info = algo.step(state, problem, comm)
     return (time.perf_counter() - t0) / steps
+
+
+def storage_costs(path: Path, dtype: str, steps: int, repeats: int) -> dict:
+    """``{"csr_grad_s": ..., "dense_grad_s": ...}``: the full gradient's seconds with the data
+    stored each way (``--problem-opt storage=csr|dense``), interleaved, median of
+    ``repeats``: the measured cost that ``storage=auto``'s density threshold stands for."""
+    probs = {
+        st: make_problem(
+            "logreg-nonconvex",
+            dataset=f"libsvm:{path}",
+            split="contiguous",
+            nodes=NODES,
+            lam=LAM,
+            dtype=dtype,
+            x0="zeros",
+            storage=st,
+        )  # fmt: skip
+        for st in ("csr", "dense")
+    }
+    times: dict[str, list[float]] = {st: [] for st in probs}
+    for _ in range(repeats):
+        for st, p in probs.items():
+            times[st].append(time_grad(p, steps))
+    return {f"{st}_grad_s": statistics.median(t) for st, t in times.items()}
 
 
 def time_grad(problem, steps: int) -> float:
@@ -233,6 +259,7 @@ def bench_set(path: Path, name: str, dtype: str, steps: int, repeats: int) -> li
             loop = time_loop(lambda a=a, m=m, k=k: loop_for(problem, m, a, k, steps), steps)
             floor = time_compzoo(a, free, steps)
             job["t"].append((ours, loop, floor))
+    layouts = storage_costs(path, dtype, steps, repeats) if dtype == "float64" else {}
     rows = []
     for job in jobs:
         ours, loop, floor = (statistics.median(col) for col in zip(*job["t"], strict=True))
@@ -252,6 +279,7 @@ def bench_set(path: Path, name: str, dtype: str, steps: int, repeats: int) -> li
                 "loop_s": loop,
                 "floor_s": floor,
                 "grad_s": statistics.median(grads),
+                **layouts,
                 "touch_s": statistics.median(touches),
                 "sparse_bytes": bandwidth.data_bytes(N, d, itemsize, nnz),
                 "dense_bytes": bandwidth.data_bytes(N, d, itemsize),

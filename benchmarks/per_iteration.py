@@ -147,6 +147,8 @@ def bench_case(
     for name in methods or ALGORITHMS:
         spec = compressor_for(name, case.d)
         opts = {"init_mode": "zero"} if name == "diana" else {}
+        if name == "dcgd":  # its nonconvex step needs the horizon: the steps timed
+            opts["horizon"] = iters
         try:
             algo, _rec = ALGORITHMS[name].configure(problem, parse_spec(spec), **opts)
         except ValueError as e:

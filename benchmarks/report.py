@@ -31,6 +31,7 @@ SPARSE_SPEEDUP = 5.0
 COMPRESSOR_SLOWDOWN = 2.0
 MEMORY_RATIO = 1.5
 PAPER_SPEEDUP = 5.0
+STORAGE_TIE = 1.05  # storage timings closer than this are a tie
 PAPER_BOUND = 3.0  # compzoo within 3x of the sparse data-pass bound plus the per-step floor
 
 
@@ -203,6 +204,20 @@ def paper_markdown(rows: list[dict]) -> str:
             missed.append(f"- {r['dataset']} {r['dtype']} {r['method']}: {what}")
     text = _table(head, body)
     text += "\n\nTargets missed:\n" + ("\n".join(missed) if missed else "none") + "\n"
+    layouts = {r["dataset"]: r for r in rows if "csr_grad_s" in r}
+    if layouts:
+        text += "\nStorage by measured cost (float64 full gradient, ms):\n\n"
+        lines = []
+        for name, r in layouts.items():
+            csr, dense = r["csr_grad_s"], r["dense_grad_s"]
+            if max(csr, dense) <= STORAGE_TIE * min(csr, dense):
+                faster, ok = f"tie (within {STORAGE_TIE - 1:.0%})", "-"
+            else:
+                faster = "csr" if csr < dense else "dense"
+                ok = "yes" if faster == r.get("storage") else "no"
+            lines.append([name, _ms(csr), _ms(dense), faster, r.get("storage", "?"), ok])
+        text += _table(["set", "csr", "dense", "faster", "auto chose", "auto right"], lines)
+        text += "\n"
     return text
 
 

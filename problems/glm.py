@@ -47,7 +47,9 @@ DATA_KNOBS: dict[str, tuple[Any, str]] = {
     "scale": ("none", "feature scaling: none, standard, maxabs, rownorm"),
     "index_base": (1, "first feature index of a LIBSVM file: 1 (LIBSVM) or 0 (zero-based)"),
     "max_dense_gib": (4.0, "refuse a LIBSVM file whose dense N x d float64 design exceeds this"),
+    "storage": ("auto", "gradients' data layout: auto (dense above 1/4 non-zeros), dense, csr"),
 }
+STORAGES = ("auto", "dense", "csr")
 
 
 def _torch_csr(M: sp.csr_matrix, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -89,9 +91,17 @@ class GLM(Problem):
         device: torch.device | str = "cpu",
         x0: str = "default",
         seed: int = 0,
+        storage: str = "auto",
     ) -> None:
         """``A`` ``(N, d)`` and ``b`` ``(N,)`` hold the rows sorted by node; node ``i`` owns
-        ``counts[i]`` consecutive rows."""
+        ``counts[i]`` consecutive rows. ``storage``: the layout the gradients read, ``dense``,
+        ``csr`` or ``auto`` (dense above ``DENSE_ABOVE`` non-zeros: on this class of CPU a dense
+        entry costs about a quarter of a stored sparse one, measured by ``python -m benchmarks
+        --only paper``); the maths is the same, the rounding may differ."""
+        if storage not in STORAGES:
+            raise ValueError(
+                f"{self.name}: storage must be one of {', '.join(STORAGES)}, got {storage!r}"
+            )
         if isinstance(lam, bool) or not isinstance(lam, int | float) or not math.isfinite(lam):
             raise ValueError(f"{self.name}: lambda must be a finite number, got {lam!r}")
         if lam < 0:
@@ -133,7 +143,8 @@ class GLM(Problem):
         self._val = self._A.values()
         self._b = torch.from_numpy(self._b64).to(dev, dt)
         self._w = torch.from_numpy(self._w64).to(dev, dt)
-        self.dense = self._A64.nnz > DENSE_ABOVE * N * d
+        auto = self._A64.nnz > DENSE_ABOVE * N * d
+        self.dense = {"auto": auto, "dense": True, "csr": False}[storage]
         self._Ad = torch.from_numpy(self._A64.toarray()).to(dev, dt) if self.dense else None
         # Compiled kernels (problems.glm_kernels) for every gradient when they serve this
         # loss, dtype and device; else torch's (block-)sparse and dense products.
@@ -158,13 +169,19 @@ class GLM(Problem):
     ) -> GLM:
         """Load ``dataset``, split it among ``nodes`` and build the problem."""
         scale = knobs.pop("scale", "none")
+        storage = knobs.pop("storage", "auto")
+        if storage not in STORAGES:
+            raise ValueError(
+                f"{cls.name}: storage must be one of {', '.join(STORAGES)}, got {storage!r}"
+            )
         ds = load_tabular(dataset, cls.name, seed=seed, scale=scale, **knobs)
         b = cls.labels(ds)
         order, counts = split_rows(split, b, nodes, seed=seed, problem=cls.name)
         lam = cls.default_lam if lam is None else lam
         return cls(
-            ds.X[order], b[order], counts, lam=lam, dtype=dtype, device=device, x0=x0, seed=seed
-        )
+            ds.X[order], b[order], counts, lam=lam, dtype=dtype, device=device, x0=x0,
+            seed=seed, storage=storage,
+        )  # fmt: skip
 
     @classmethod
     def labels(cls, ds) -> np.ndarray:

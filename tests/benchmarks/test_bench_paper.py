@@ -149,6 +149,16 @@ def test_paper_report_ratios_bounds_and_misses():
     assert "- mushrooms float64 ef21: MISSED: 2.00x < 5x" in text
     assert f"- mushrooms float64 ef21: MISSED: {ratio:.2f}x > 3x (bound + floor)" in text
     assert "- mushrooms float32 ef21: MISSED" not in text
+    assert "Storage by measured cost" not in text
+    layouts = [
+        {**out[0], "storage": "csr", "csr_grad_s": 1e-3, "dense_grad_s": 2e-3},
+        {**out[0], "dataset": "a", "storage": "csr", "csr_grad_s": 3e-3, "dense_grad_s": 1e-3},
+        {**out[0], "dataset": "b", "storage": "csr", "csr_grad_s": 1e-3, "dense_grad_s": 1.04e-3},
+    ]
+    table = report.paper_markdown(layouts)
+    assert "| mushrooms | 1 | 2 | csr | csr | yes |" in table
+    assert "| a | 3 | 1 | dense | csr | no |" in table
+    assert "| b | 1 | 1.04 | tie (within 5%) | csr | - |" in table
     assert "w8a.txt not found: skipped" in text
 
 

@@ -140,3 +140,27 @@ def test_values_other_than_one_are_read():
     A, b = _data(False, seed=4)
     p = LogRegNonconvex(A, b, COUNTS, lam=0.1)
     assert p._kdata[3] is False and p._kdata[2].size == A.nnz
+
+
+@pytest.mark.parametrize("storage", ["dense", "csr"])
+def test_storage_option_forces_the_layout(storage):
+    """``storage=dense|csr`` overrides the density threshold; the gradients agree to rounding
+    with the other layout, and a bad value names the allowed ones."""
+    A, b = _data(storage == "csr", seed=6)  # data whose automatic layout is the other one
+    forced = LogRegNonconvex(A, b, COUNTS, lam=0.1, storage=storage)
+    auto = LogRegNonconvex(A, b, COUNTS, lam=0.1)
+    assert forced.dense == (storage == "dense") and auto.dense != forced.dense
+    X = torch.randn(4, auto.d, generator=torch.Generator().manual_seed(8), dtype=torch.float64)
+    torch.testing.assert_close(forced.grad(X), auto.grad(X), rtol=1e-12, atol=1e-14)
+    torch.testing.assert_close(forced.node_loss(X), auto.node_loss(X), rtol=1e-12, atol=1e-14)
+    with pytest.raises(ValueError, match="storage must be one of auto, dense, csr, got 'ram'"):
+        LogRegNonconvex(A, b, COUNTS, lam=0.1, storage="ram")
+
+
+def test_storage_through_the_registry():
+    from problems.registry import make_problem
+
+    p = make_problem("logreg", dataset="synthetic", nodes=4, storage="dense")
+    assert p.dense
+    with pytest.raises(ValueError, match="storage must be one of"):
+        make_problem("logreg", dataset="synthetic", nodes=4, storage="ram")
