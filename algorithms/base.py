@@ -171,7 +171,7 @@ class Algorithm:
         record: dict[str, Any] = {}
         try:
             th = cls.theory(problem, compressor, full)
-        except (ValueError, TypeError) as e:
+        except (ValueError, TypeError, NotImplementedError) as e:
             th, why = None, _theory_error(cls, problem, e)
         if th is not None:
             for k, v in th.params.items():
@@ -227,6 +227,8 @@ def _theory_error(cls, problem, e: Exception) -> str:
     """Why the theoretical step is unavailable, as a message naming what to do."""
     if isinstance(e, ValueError):
         return str(e)
+    if isinstance(e, NotImplementedError):
+        return f"{cls.__name__} has no theoretical step (no theory method): give --step FLOAT"
     missing = [k for k in ("L", "L_tilde", "L_max", "mu") if getattr(problem.consts, k) is None]
     return (
         f"{cls.__name__}'s theoretical step needs constants this problem does not know "

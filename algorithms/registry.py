@@ -23,6 +23,7 @@ from algorithms.marina import MARINA
 from algorithms.pp_marina import PPMARINA
 from algorithms.three_pc import ThreePC
 from algorithms.vr_marina import VRMARINA
+from streams import plugins
 
 ALGORITHMS: dict[str, type[Algorithm]] = {
     "dcgd": DCGD,
@@ -46,6 +47,9 @@ ALGORITHMS: dict[str, type[Algorithm]] = {
     "dasha-sync-mvr": DASHASYNCMVR,
     "comp-ams": CompAMS,
 }
+# Installed packages' classes under the entry-point group 'compzoo.algorithms', added on first use
+# (streams.plugins).
+ALGORITHMS = plugins.Registry("compzoo.algorithms", Algorithm, ALGORITHMS)
 
 ALIASES: dict[str, str] = {"ef14": "ef-sgd"}
 

@@ -116,20 +116,22 @@ def _run(argv: list[str] | None, stop: StopSignals) -> int:
 
 
 def run_distributed(args, stop: StopSignals | None = None) -> int:
-    """Under torchrun: one node per rank over torch.distributed; rank 0 writes the run folder."""
+    """Under torchrun: ``--nodes N`` (default: the world size W, one node per rank; N >= W) over
+    torch.distributed, rank ``r`` holding a contiguous block of the nodes; rank 0 writes the run
+    folder."""
     from algorithms.comm import torch_dist
 
     world, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    if args.nodes is not None and args.nodes != world:
+    if args.nodes is not None and args.nodes < world:
         if rank == 0:
             print(
-                f"error: --nodes {args.nodes} differs from the world size {world}: under "
-                "torchrun every rank is one node",
+                f"error: --nodes {args.nodes} is less than the world size {world}: under "
+                f"torchrun every rank holds at least one node; allowed: --nodes >= {world}",
                 file=sys.stderr,
             )
         return EXIT_BAD_INPUT
-    args.nodes = world
+    args.nodes = world if args.nodes is None else args.nodes
     if not (args.timeout > 0 and math.isfinite(args.timeout)):
         if rank == 0:
             print(f"error: --timeout must be a positive number of seconds, got {args.timeout}",
@@ -153,7 +155,9 @@ def run_distributed(args, stop: StopSignals | None = None) -> int:
         device = args.device = f"cuda:{local_rank}"
     torch_dist.start_group(backend, args.timeout)
     try:
-        comm = torch_dist.TorchDistComm(seed=args.seed, float_bits=args.float_bits, device=device)
+        comm = torch_dist.TorchDistComm(
+            seed=args.seed, float_bits=args.float_bits, device=device, n=args.nodes
+        )
         error, out = "", None
         try:
             algo, problem, config = configure(args)
@@ -168,7 +172,8 @@ def run_distributed(args, stop: StopSignals | None = None) -> int:
         out = Path(comm.from_rank0(str(out)))  # a default --out is named by rank 0's clock
         config.update(world_size=world, backend=backend)
         try:
-            return execute(algo, problem.local([rank]), config, args, out, comm, rank == 0, stop)
+            mine = problem.local(comm.nodes.tolist())
+            return execute(algo, mine, config, args, out, comm, rank == 0, stop)
         except BadInput as e:
             if rank == 0:
                 print(f"error: {e}", file=sys.stderr)

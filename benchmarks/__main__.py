@@ -12,7 +12,8 @@ On a 2-core machine ``--quick`` takes about 3 minutes (numba's first compilation
 full run takes much longer (every case, more repeats, each loop timed twice) and several GiB of
 memory (the ``d = 10^4, m_i = 500`` case, and the memory part at ``(n, d) = (1000, 10^5)``,
 where one method's subprocess peaks near 4 GiB). ``--only paper`` times 500 steps (100 with
-``--quick``) per method, set and dtype, three times.
+``--quick``) per method, set and dtype, three times. ``--only scale`` runs 10^4 and 10^5 nodes
+sharded over 1, 2 and 4 processes (:mod:`benchmarks.scale`; several GiB at W = 1).
 """
 
 from __future__ import annotations
@@ -28,9 +29,18 @@ from pathlib import Path
 
 import torch
 
-from benchmarks import bandwidth, compressors_bench, deep, memory, paper, per_iteration, report
+from benchmarks import (
+    bandwidth,
+    compressors_bench,
+    deep,
+    memory,
+    paper,
+    per_iteration,
+    report,
+    scale,
+)
 
-PARTS = ("iterations", "compressors", "memory", "deep", "paper")
+PARTS = ("iterations", "compressors", "memory", "deep", "paper", "scale")
 log = logging.getLogger("benchmarks")
 
 
@@ -68,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         "memory": lambda: memory.run(args.quick, dev),
         "deep": lambda: deep.run(args.quick, dev),
         "paper": lambda: paper.run(args.quick, dev),
+        "scale": lambda: scale.run(args.quick),
     }
     for part in PARTS:
         t0 = time.perf_counter()
@@ -85,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         "memory": report.derive_memory(raw["memory"]),
         "deep": report.derive_deep(raw["deep"]),
         "paper": report.derive_paper(raw["paper"], bw),
+        "scale": scale.derive(raw["scale"]),
     }
     total = time.perf_counter() - t_start
     res["meta"] = (

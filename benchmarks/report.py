@@ -397,4 +397,14 @@ def markdown(res: dict) -> str:
             "/ bandwidth.\n"
         )
         parts.append(paper_markdown(res["paper"]))
+    if res.get("scale"):
+        from benchmarks.scale import markdown as scale_markdown
+
+        parts.append("\n## Scale: simulated nodes sharded over W processes\n")
+        parts.append(
+            "EF21 + Top-1 on the tridiagonal quadratic, float64; peak resident memory per "
+            "process (VmHWM); per-node cost from the W = 1 run against a 100-node "
+            "run.\n"
+        )
+        parts.append(scale_markdown(res["scale"]))
     return "\n".join(parts) + "\n"

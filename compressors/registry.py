@@ -27,6 +27,7 @@ from compressors.scaled_sign import ScaledSign
 from compressors.sign import Sign
 from compressors.terngrad import TernGrad
 from compressors.top_k import TopK
+from streams import plugins
 
 COMPRESSORS: dict[str, type[Compressor]] = {
     "identity": Identity,
@@ -44,6 +45,9 @@ COMPRESSORS: dict[str, type[Compressor]] = {
     "scaled": Scaled,
     "compose": Compose,
 }
+# Installed packages' classes under the entry-point group 'compzoo.compressors', added on first use
+# (streams.plugins).
+COMPRESSORS = plugins.Registry("compzoo.compressors", Compressor, COMPRESSORS)
 
 ALIASES: dict[str, str] = {"dithering": "qsgd", "ef-sign": "scaled-sign", "ranks": "rank"}
 
@@ -146,8 +150,13 @@ def _fmt(v) -> str:
 
 
 def spec_of(c: Compressor) -> str:
-    """The spec that :func:`parse_spec` turns back into ``c`` (defaults omitted)."""
-    name = name_of(c)
+    """The spec that :func:`parse_spec` turns back into ``c`` (defaults omitted). A class that
+    is not registered (one defined in a notebook and passed to ``algorithms.api.run``) is named
+    by its class and fields instead, which no spec parser reads back."""
+    try:
+        name = name_of(c)
+    except ValueError:
+        return repr(c)
     if isinstance(c, Scaled):
         return f"scaled:{spec_of(c.inner)}"
     if isinstance(c, Compose):

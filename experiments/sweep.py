@@ -64,6 +64,7 @@ log = logging.getLogger("compzoo.sweep")
 
 ROOT = Path(__file__).resolve().parents[1]
 STDERR_TAIL = 4000
+EXECUTORS = ("pool", "local", "slurm")
 FORK_ENV = "COMPZOO_SWEEP_FORK"  # "0": every run a plain subprocess (no fork server)
 
 
@@ -72,6 +73,8 @@ def run_sweep(
     out: str | Path,
     jobs: int = 1,
     progress: bool = True,
+    executor: str = "pool",
+    cluster: dict | None = None,
 ) -> Path:
     """Run every unfinished run of ``config`` into ``out`` and write the tables.
 
@@ -80,6 +83,10 @@ def run_sweep(
         out: the sweep folder (created; reused when it holds the same config).
         jobs: runs at once (each one subprocess).
         progress: show an overall progress bar on stderr.
+        executor: ``pool`` (processes of this machine), ``local`` (submitit's local executor)
+            or ``slurm`` (a SLURM job array, :mod:`experiments.cluster`).
+        cluster: the job options of ``local``/``slurm``: ``partition``, ``time_min``,
+            ``gpus_per_run``, ``tasks_per_run``, ``array_parallelism``, ``signal_delay_s``.
 
     Returns:
         ``out`` as a ``Path``.
@@ -91,10 +98,15 @@ def run_sweep(
     cfg = config if isinstance(config, SweepConfig) else load_config(config)
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"jobs must be an integer >= 1, got {jobs!r}")
+    if executor not in EXECUTORS:
+        raise ValueError(f"executor must be one of {', '.join(EXECUTORS)}, got {executor!r}")
     out = Path(out)
     _claim(out, cfg)
     with _lock(out):
-        _run_all(cfg, out, jobs, progress)
+        if executor == "pool":
+            _run_all(cfg, out, jobs, progress)
+        else:
+            _run_jobs(cfg, out, executor, cluster or {}, progress)
         write_tables(cfg, out)
     return out
 
@@ -126,6 +138,32 @@ def _run_all(cfg: SweepConfig, out: Path, jobs: int, progress: bool) -> None:
     finally:
         servers.close()
         bar.close()
+
+
+def _run_jobs(cfg: SweepConfig, out: Path, kind: str, opts: dict, progress: bool) -> None:
+    """The unfinished runs as submitit jobs (:mod:`experiments.cluster`); a run that ends
+    without a summary gets ``stderr.txt`` from its job's log."""
+    from experiments import cluster
+
+    specs = cfg.runs()
+    todo = [s for s in specs if _summary(out / "runs" / s.run_id) is None]
+    bar = tqdm(total=len(specs), initial=len(specs) - len(todo), desc=cfg.name, unit="run",
+               file=sys.stderr, disable=not progress)  # fmt: skip
+    try:
+        cluster.submit_all(todo, out, _env(), kind, opts, bar.update)
+    finally:
+        bar.close()
+    book = json.loads((out / "jobs.json").read_text()) if (out / "jobs.json").is_file() else {}
+    for s in todo:
+        run_dir = out / "runs" / s.run_id
+        if _summary(run_dir) is not None:
+            continue
+        job = book.get(s.run_id, "?")
+        logs = sorted((out / "jobs").glob(f"{job}_*log.err")) if job != "?" else []
+        tail = logs[-1].read_text(errors="replace")[-STDERR_TAIL:] if logs else "(no log)"
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "stderr.txt").write_text(f"job {job} ended without a summary\n{tail}")
+        log.warning("run %s failed (job %s); its log: %s", s.run_id, job, logs[-1] if logs else "-")
 
 
 class _Servers:
@@ -449,13 +487,50 @@ def main(argv: list[str] | None = None) -> int:
         "--jobs", type=int, default=os.cpu_count() or 1, help="runs at once (default: CPUs)"
     )
     ap.add_argument("--quiet", action="store_true", help="no progress bar")
+    ap.add_argument("--executor", default="pool", choices=EXECUTORS,
+                    help="pool: processes here (default); local: submitit's local executor; "
+                    "slurm: a SLURM job array through submitit")  # fmt: skip
+    ap.add_argument("--partition", default=None, help="slurm: the partition")
+    ap.add_argument("--time-min", type=float, default=None, help="local/slurm: minutes per job")
+    ap.add_argument("--gpus-per-run", type=int, default=None, help="local/slurm: GPUs per run")
+    ap.add_argument(
+        "--tasks-per-run",
+        type=int,
+        default=None,
+        help="local/slurm: processes per run (a torch.distributed group)",
+    )
+    ap.add_argument(
+        "--array-parallelism",
+        type=int,
+        default=None,
+        help="slurm: jobs of the array running at once",
+    )
+    ap.add_argument(
+        "--signal-delay-s",
+        type=int,
+        default=None,
+        help="local/slurm: seconds before the time limit when a job is warned",
+    )
     args = ap.parse_args(argv)
+    cluster_opts = {k: getattr(args, k) for k in ("partition", "time_min", "gpus_per_run",
+                    "tasks_per_run", "array_parallelism", "signal_delay_s")}  # fmt: skip
+    bad = [f"--{k.replace('_', '-')} {v}" for k, v in cluster_opts.items()
+           if k != "partition" and v is not None and not v > 0]  # fmt: skip
+    if bad:
+        print(f"error: {bad[0]}: must be > 0", file=sys.stderr)
+        return 2
+    if args.executor == "pool" and any(v is not None for v in cluster_opts.values()):
+        given = next(k for k, v in cluster_opts.items() if v is not None)
+        print(f"error: --{given.replace('_', '-')} needs --executor local or slurm",
+              file=sys.stderr)  # fmt: skip
+        return 2
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     try:
         cfg = load_config(args.config)
         out = run_sweep(
-            cfg, args.out or Path("runs") / "sweeps" / cfg.name, args.jobs, not args.quiet
-        )
+            cfg, args.out or Path("runs") / "sweeps" / cfg.name, args.jobs, not args.quiet,
+            args.executor, cluster_opts,
+        )  # fmt: skip
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -13,6 +13,8 @@ from problems.quadratic import Quadratic, check_positive, check_shape
 
 __all__ = ["TridiagonalQuadratic"]
 
+CHUNK = 4096  # nodes per block of the constants' per-node sums
+
 
 def _stencil(X: torch.Tensor) -> torch.Tensor:
     """``X T`` for ``T = tridiag(-1, 2, -1)`` acting on each row (zero boundary)."""
@@ -69,9 +71,10 @@ class TridiagonalQuadratic(Quadratic):
         t1, td = (2.0 - 2.0 * math.cos(k * math.pi / (d + 1)) for k in (1, d))
         abar = float(a.mean())
         sigma = lam - (abar * t1 if abar >= 0 else abar * td)
-        q = np.zeros((n, d))
-        q[:, 0] = a * (s * xi[:, 1] - 1.0)
-        self._a64, self._sigma, self._q64, self.lam = a, sigma, q, lam
+        # b_i is zero but for its first entry: kept as that entry, so the problem holds O(n + d)
+        # numbers and a process holding a block of 10^5 nodes stores no (n, d) array for it.
+        q0 = a * (s * xi[:, 1] - 1.0)
+        self._a64, self._sigma, self._q0_64, self.lam = a, sigma, q0, lam
         self._t = (t1, td)
         x0_default = torch.zeros(d, dtype=torch.float64)
         x0_default[0] = math.sqrt(d)
@@ -86,12 +89,31 @@ class TridiagonalQuadratic(Quadratic):
         )
         self._init_noise(grad_noise)
         self._a = torch.from_numpy(a).to(self.device, dtype)
-        self._q = torch.from_numpy(q).to(self.device, dtype)
+        self._q0 = torch.from_numpy(q0).to(self.device, dtype)
+        self._qbar = torch.zeros(d, dtype=dtype, device=self.device)
+        self._qbar[0] = float(q0.mean())  # bbar, from the float64 entries
         self._select()
 
     def _select(self) -> None:
-        super()._select()
         self._a_held = self._a[self.nodes]
+        self._q0_held = self._q0[self.nodes]
+
+    # The dense forms would only subtract b_i's zeros (v - 0 = v): these skip them.
+    def _loss(self, x: torch.Tensor) -> torch.Tensor:
+        return 0.5 * x @ self._hess_mean(x) - self._qbar @ x
+
+    def _full_grad(self, x: torch.Tensor) -> torch.Tensor:
+        return self._hess_mean(x) - self._qbar
+
+    def _node_loss(self, X: torch.Tensor) -> torch.Tensor:
+        T = 0.5 * X * self._hess_rows(X)
+        T[:, 0] -= self._q0_held * X[:, 0]
+        return T.sum(1)
+
+    def _grad(self, X: torch.Tensor) -> torch.Tensor:
+        G = self._hess_rows(X)
+        G[:, 0] -= self._q0_held
+        return G
 
     def _hess_rows(self, X: torch.Tensor) -> torch.Tensor:
         return self._a_held[:, None] * _stencil(X) + self._sigma * X
@@ -104,7 +126,8 @@ class TridiagonalQuadratic(Quadratic):
         ab = np.empty((2, d))
         ab[0, :] = -abar
         ab[1, :] = 2.0 * abar + self._sigma
-        qbar = self._q64.mean(0)
+        qbar = np.zeros(d)
+        qbar[0] = self._q0_64.mean()
         x = sla.solveh_banded(ab, qbar)
         x -= sla.solveh_banded(ab, self._hess64(abar, x) - qbar)  # one refinement step
         return x, float(0.5 * x @ self._hess64(abar, x) - qbar @ x)
@@ -118,12 +141,18 @@ class TridiagonalQuadratic(Quadratic):
         abar = float(a.mean())
         L_i = np.maximum(np.abs(a * t1 + sig), np.abs(a * td + sig))
         x, f = self._solution()
-        G = self._hess64(a, np.broadcast_to(x, (self.n, self.d)).copy()) - self._q64
+        # ||grad f_i(x*)||^2 per node, in blocks of nodes (no (n, d) array at once)
+        sq = np.empty(self.n)
+        for lo in range(0, self.n, CHUNK):
+            hi = min(lo + CHUNK, self.n)
+            G = self._hess64(a[lo:hi], np.broadcast_to(x, (hi - lo, self.d)).copy())
+            G[:, 0] -= self._q0_64[lo:hi]
+            sq[lo:hi] = np.sum(G * G, axis=1)
         return Consts.from_L_i(
             L_i,
             L=max(abs(abar * t1 + sig), abs(abar * td + sig)),
             L_pm=float(a.std() * td),
             mu=self.lam,
             f_star=f,
-            zeta2=float(np.mean(np.sum(G * G, axis=1))),
+            zeta2=float(np.mean(sq)),
         )

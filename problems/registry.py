@@ -19,6 +19,7 @@ from problems.logreg_nonconvex import LogRegNonconvex
 from problems.quadratic import Quadratic
 from problems.sigmoid_squared import SigmoidSquared
 from problems.torch_model import TorchModel
+from streams import plugins
 
 __all__ = ["PROBLEMS", "SPLIT_HELP", "X0_HELP", "make_problem", "parse_dtype"]
 
@@ -45,6 +46,9 @@ PROBLEMS: dict[str, type[Problem]] = {
     "cnn": CNNProblem,
     "resnet18": ResNet18Problem,
 }
+# Installed packages' classes under the entry-point group 'compzoo.problems', added on first use
+# (streams.plugins).
+PROBLEMS = plugins.Registry("compzoo.problems", Problem, PROBLEMS)
 
 _DTYPES = {
     "float64": torch.float64,

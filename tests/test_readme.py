@@ -176,6 +176,13 @@ EXERCISED: dict[str, Use] = {
     "--lambda 0.1 --x0 zeros --iters 2000 --out runs/ef21": Use(None, _check_ef21),
     "python -m algorithms.run --list": Use(None, _check_listing),
     TORCHRUN_EXAMPLE: Use(None, marks=("dist",)),
+    "torchrun --nnodes 2 --node-rank 0 --nproc-per-node 4 --rdzv-backend c10d --rdzv-endpoint "
+    "HOST:PORT --rdzv-id myrun -m algorithms.run marina --compressor randk:k=5 --problem logreg "
+    "--nodes 1000 --iters 500 --out runs/two-hosts": Use(
+        None,
+        where="test_two_launchers_over_loopback_match_the_simulation (tests/algorithms/"
+        "test_torch_dist.py): the same launch, both hosts on this machine",
+    ),
     "torchrun --standalone --nproc_per_node=2 x.py": Use(
         None, where="test_python_block_ddp", marks=("dist",)
     ),
@@ -297,6 +304,19 @@ def test_reproduce_quick(tmp_path: Path):
         tmp_path,
     )
     _check_reproduce_quick(tmp_path, out)
+
+
+def test_python_block_api(capsys):
+    """The README's Python API example runs and ends where the command line ends."""
+    block = next(b for b in python_blocks() if "algorithms.api" in b)
+    scope: dict = {}
+    exec(compile(block, "README.md", "exec"), scope)
+    res = scope["res"]
+    assert res.summary["reason"] == "completed" and len(res.history) == 501
+    out = capsys.readouterr().out
+    assert out.startswith("completed") and "500" in out
+    final = res.history.iloc[-1]
+    assert final["grad_norm_sq"] < res.history.iloc[0]["grad_norm_sq"] * 1e-2
 
 
 def test_python_block_compressors():

@@ -66,6 +66,7 @@ class Comm:
     Attributes:
         n: total number of nodes.
         nodes: int64 ``(m,)``, the nodes held by this process.
+        rank, world: this process and the number of processes (0 and 1 in a simulation).
         seed: the run's seed; node ``i``'s stream at step ``t`` is keyed by ``(seed, t, i)``.
         float_bits: wire width of an uncompressed value (32, as the papers count).
         ledger: the bits charged so far.
@@ -82,6 +83,8 @@ class Comm:
         self.float_bits = int(float_bits)
         self.ledger = Ledger.zeros(self.m)
         self._fixed: Streams | None = None
+        # this process among the processes of the run (0 of 1 for a simulation)
+        self.rank, self.world = 0, 1
 
     @property
     def m(self) -> int:

@@ -1,7 +1,16 @@
-"""One node per process: the comm layer over ``torch.distributed`` (gloo on CPU, NCCL on CUDA).
+"""Nodes over processes: the comm layer over ``torch.distributed`` (gloo on CPU, NCCL on CUDA).
 
-The only module that touches ``torch.distributed``; it is imported lazily by the runner. Each
-rank holds node ``rank`` as its single row (``m = 1``). A reduction is an all-reduce of the
+The only module that touches ``torch.distributed``; it is imported lazily by the runner. With
+``n`` nodes on ``W`` processes, rank ``r`` holds a contiguous block of them as rows
+(:func:`block`: the first ``n mod W`` ranks one node more). Node ``i``'s streams and data are
+the same wherever it lives, so a run equals the ``n``-node simulation up to the order of the
+reductions' additions.
+
+**Sharded** (``n > W``): a reduction is each rank's weighted sum of its decoded rows followed by
+one all-reduce of ``d`` values per payload (the simulated nodes of a rank are pre-aggregated in
+the process, as nodes behind one switch would be); the ledger charges every node its payload's
+bits exactly as in simulation. **One node per rank** (``n = W``): each rank holds node ``rank``
+as its single row (``m = 1``). A reduction is an all-reduce of the
 rank's weighted row; the virtual server's update is then computed identically on every rank, so
 the model never needs to be broadcast (its downlink is still charged, as for a real server).
 
@@ -15,6 +24,7 @@ simulation, and ``ledger.extra["wire_bytes"]`` the bytes this rank handed to col
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -37,25 +47,51 @@ def stop_group() -> None:
     dist.destroy_process_group()
 
 
+def block(n: int, world: int, rank: int) -> torch.Tensor:
+    """The nodes rank ``rank`` of ``world`` holds: a contiguous block, the first ``n mod world``
+    ranks holding one node more."""
+    if not 1 <= world <= n:
+        raise ValueError(f"{n} nodes on {world} processes: every process needs a node")
+    size, extra = divmod(n, world)
+    lo = rank * size + min(rank, extra)
+    return torch.arange(lo, lo + size + (rank < extra))
+
+
 class TorchDistComm(Comm):
-    """The comm layer of an initialised default process group (one node per rank).
+    """The comm layer of an initialised default process group.
 
     Args:
-        seed: the run's seed (node ``rank``'s streams are keyed by ``(seed, t, rank)``, as in a
+        seed: the run's seed (node ``i``'s streams are keyed by ``(seed, t, i)``, as in a
             simulated run, so both draw identical numbers).
         float_bits: wire width of an uncompressed value, for the ledger.
         device: where collective buffers live (CUDA for NCCL, CPU for gloo).
+        n: the number of nodes (default: one per process); at least the world size.
     """
 
-    def __init__(self, seed: int, float_bits: int = 32, device: str | torch.device = "cpu"):
+    def __init__(
+        self,
+        seed: int,
+        float_bits: int = 32,
+        device: str | torch.device = "cpu",
+        n: int | None = None,
+    ):
         import torch.distributed as dist
 
         if not dist.is_initialized():
             raise ValueError("TorchDistComm needs an initialised process group")
         self._dist = dist
-        self.rank = dist.get_rank()
+        rank, world = dist.get_rank(), dist.get_world_size()
+        n = world if n is None else int(n)
         self.device = torch.device(device)
-        super().__init__(dist.get_world_size(), torch.tensor([self.rank]), seed, float_bits)
+        super().__init__(n, block(n, world, rank), seed, float_bits)
+        self.rank, self.world = rank, world
+        self.sharded = n != world
+
+    def _weights(self, weight: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
+        """The held rows' weights: ``weight``, or ``1/n`` each (the mean over all nodes)."""
+        if weight is None:
+            return torch.full((self.m,), 1.0 / self.n, dtype=dtype)
+        return weight
 
     def _weight(self, weight: torch.Tensor | None) -> float:
         return 1.0 / self.n if weight is None else float(weight.reshape(-1)[0])
@@ -76,6 +112,12 @@ class TorchDistComm(Comm):
         Variable-size payloads, and rounds where some nodes send nothing (partial
         participation), first all-gather each rank's size and weight.
         """
+        if self.sharded:
+            if decoded is not None:
+                return self.reduce_rows(decoded, packet.nbits, weight)
+            self._charge_up(packet.nbits, weight)
+            local = compressor.decode_sum(packet, self._weights(weight, packet.dtype))
+            return self._all_reduce(local.contiguous())
         w = self._weight(weight)
         sending = w != 0.0
         if sending:
@@ -127,7 +169,7 @@ class TorchDistComm(Comm):
     def _all_gather(self, buf: torch.Tensor, overhead: bool = False, count: int | None = None):
         """Every rank's ``buf`` stacked ``(n, ...)``; ``count`` bytes of it are this rank's
         message (the rest is padding to the longest), ``overhead`` marks sizes and weights."""
-        parts = [torch.empty_like(buf) for _ in range(self.n)]
+        parts = [torch.empty_like(buf) for _ in range(self.world)]
         with section("communicate"):
             self._dist.all_gather(parts, buf)
         nbytes = buf.numel() * buf.element_size() if count is None else count
@@ -138,8 +180,12 @@ class TorchDistComm(Comm):
     def reduce_rows(
         self, rows: torch.Tensor, nbits: torch.Tensor, weight: torch.Tensor | None = None
     ) -> torch.Tensor:
-        if rows.shape[0] != 1:
-            raise ValueError(f"a rank holds one node: expected 1 row, got {rows.shape[0]}")
+        if rows.shape[0] != self.m:
+            raise ValueError(f"rank {self.rank} holds {self.m} nodes, got {rows.shape[0]} rows")
+        if self.sharded:
+            self._charge_up(nbits, weight)
+            w = self._weights(weight, rows.dtype).to(rows.device, rows.dtype)
+            return self._all_reduce((w @ rows).contiguous())
         w = self._weight(weight)
         if w != 0.0:
             self.ledger.charge_up(nbits)
@@ -177,6 +223,8 @@ class TorchDistComm(Comm):
             dtype=torch.float64,
             device=self.device,
         )
+        if self.sharded:
+            return self._sharded_totals(mine)
         parts = [torch.zeros_like(mine) for _ in range(self.n)]
         self._dist.all_gather(parts, mine)
         allb = torch.stack(parts).cpu()  # (n, 4)
@@ -193,5 +241,34 @@ class TorchDistComm(Comm):
                 "bits_down": down.tolist(),
                 "wire_bytes_up": allb[:, 2].tolist(),
                 "wire_overhead_bytes_up": allb[:, 3].tolist(),
+            },
+        }
+
+    def _sharded_totals(self, mine: torch.Tensor) -> dict[str, Any]:
+        """Every node's totals, gathered in node order from the ranks' blocks (padded to the
+        largest block), and the wire bytes per process."""
+        width = -(-self.n // self.world)
+        led = torch.zeros(2, width, dtype=torch.float64)
+        led[0, : self.m] = self.ledger.up.double().cpu()
+        led[1, : self.m] = self.ledger.down.double().cpu()
+        parts = [torch.zeros_like(led, device=self.device) for _ in range(self.world)]
+        self._dist.all_gather(parts, led.to(self.device))
+        wires = [torch.zeros_like(mine) for _ in range(self.world)]
+        self._dist.all_gather(wires, mine)
+        sizes = [block(self.n, self.world, r).numel() for r in range(self.world)]
+        up = torch.cat([p[0, :k].cpu() for p, k in zip(parts, sizes, strict=True)])
+        down = torch.cat([p[1, :k].cpu() for p, k in zip(parts, sizes, strict=True)])
+        wire = torch.stack(wires).cpu()  # (world, 4)
+        return {
+            "bits_up": float(up.mean()),
+            "bits_up_max": float(up.max()),
+            "bits_down": float(down.mean()),
+            "bits_down_max": float(down.max()),
+            "wire_bytes_up": float(wire[:, 2].mean()),
+            "wire_overhead_bytes_up": float(wire[:, 3].mean()),
+            "per_node": {"bits_up": up.tolist(), "bits_down": down.tolist()},
+            "per_process": {
+                "wire_bytes_up": wire[:, 2].tolist(),
+                "wire_overhead_bytes_up": wire[:, 3].tolist(),
             },
         }

@@ -35,8 +35,7 @@ _OLD += "loaded safely; rerun the run (with --checkpoint-every to resume later)"
 
 
 def checkpoint_file(out: Path, comm) -> Path:
-    rank = int(comm.nodes[0]) if comm.m == 1 and comm.n > 1 else 0
-    return out / "checkpoint" / f"rank{rank}.pt"
+    return out / "checkpoint" / f"rank{comm.rank}.pt"
 
 
 def history_digest(path: Path, nbytes: int | None = None) -> dict[str, Any]:
@@ -99,7 +98,7 @@ def save_checkpoint(
             "run_id": run_id,
             "iter": t,
             "n": comm.n,
-            "files": comm.n if comm.m == 1 and comm.n > 1 else 1,
+            "files": comm.world,
             "history": history_digest(out / "history.csv"),
         }
         tmp = path.parent / "meta.json.tmp"
@@ -194,15 +193,12 @@ def load_checkpoint(out: Path, comm, x0: torch.Tensor, run_id: str) -> dict[str,
         )
     if meta["n"] != comm.n:
         raise BadInput(f"--resume: the run had n = {meta['n']} nodes, this one has {comm.n}")
-    path = checkpoint_file(out, comm)
-    blob = _load(path, x0.device)
-    if not isinstance(blob, dict) or blob.get("format") != FORMAT:
-        raise BadInput(f"--resume: {str(path)!r} is not a {FORMAT} file; rerun the run")
-    if blob.get("run_id") != run_id:
-        raise BadInput(
-            f"--resume: {str(path)!r} belongs to run {blob.get('run_id')}, config.json to run "
-            f"{run_id}; rerun instead"
-        )
+    if meta["files"] != comm.world:
+        blob, path = _reshard(out, comm, meta, x0.device, run_id)
+    else:
+        path = checkpoint_file(out, comm)
+        blob = _load(path, x0.device)
+    _check_blob(blob, path, run_id)
     nodes, led = blob.get("nodes"), blob.get("ledger")
     if (
         blob.get("t") != meta["iter"]
@@ -225,6 +221,71 @@ def load_checkpoint(out: Path, comm, x0: torch.Tensor, run_id: str) -> dict[str,
     ledger.extra.clear()
     ledger.extra.update(led["extra"])
     return blob
+
+
+def _check_blob(blob: Any, path: Path, run_id: str) -> None:
+    if not isinstance(blob, dict) or blob.get("format") != FORMAT:
+        raise BadInput(f"--resume: {str(path)!r} is not a {FORMAT} file; rerun the run")
+    if blob.get("run_id") != run_id:
+        raise BadInput(
+            f"--resume: {str(path)!r} belongs to run {blob.get('run_id')}, config.json to run "
+            f"{run_id}; rerun instead"
+        )
+
+
+def per_node(name: str) -> bool:
+    """Whether a state field holds one row per node: the methods name those ``*_i`` (``g_i``,
+    ``h_i``, ...), and every other field is the same on every process."""
+    return name.endswith("_i")
+
+
+def _reshard(out: Path, comm, meta: dict, device, run_id: str) -> tuple[dict, Path]:
+    """This process's checkpoint when the run was checkpointed by another number of processes:
+    every file is read, the per-node rows (state fields ``*_i``, the bit ledger) are put in node
+    order and this process's block is cut from them; the other fields come from rank 0."""
+    files = [out / "checkpoint" / f"rank{r}.pt" for r in range(meta["files"])]
+    blobs = []
+    for path in files:
+        blob = _load(path, device)
+        _check_blob(blob, path, run_id)
+        nodes = blob.get("nodes")
+        if blob.get("t") != meta["iter"] or not isinstance(nodes, torch.Tensor):
+            raise BadInput(f"--resume: checkpoint files in {str(out)!r} disagree; rerun instead")
+        blobs.append(blob)
+    order = torch.cat([b["nodes"].cpu() for b in blobs])
+    if not torch.equal(torch.sort(order).values, torch.arange(comm.n)):
+        raise BadInput(f"--resume: the checkpoint files in {str(out)!r} miss or repeat nodes")
+    mine = torch.argsort(order)[comm.nodes.cpu()]  # rows of the concatenation, in my order
+
+    def rows(parts: list) -> torch.Tensor:
+        return torch.cat(parts)[mine.to(parts[0].device)]
+
+    first = blobs[0]
+    fields = dict(first["state"]["fields"])
+    for name in fields:
+        if per_node(name):
+            parts = [b["state"]["fields"][name] for b in blobs]
+            if not all(isinstance(p, torch.Tensor) and p.shape[:1] == b["nodes"].shape
+                       for p, b in zip(parts, blobs, strict=True)):  # fmt: skip
+                raise BadInput(
+                    f"--resume: field {name!r} of the checkpoint in {str(out)!r} is not one row "
+                    "per node; resume with the number of processes that wrote it"
+                )
+            fields[name] = rows(parts)
+        elif isinstance(fields[name], torch.Tensor) and not all(
+            torch.equal(b["state"]["fields"][name], fields[name]) for b in blobs
+        ):  # a field that differs between processes is per node whatever its name
+            raise BadInput(
+                f"--resume: field {name!r} differs between the checkpoint files in "
+                f"{str(out)!r}; resume with the number of processes that wrote them"
+            )
+    led = dict(first["ledger"])
+    led["up"] = rows([b["ledger"]["up"] for b in blobs])
+    led["down"] = rows([b["ledger"]["down"] for b in blobs])
+    led["extra"] = {}  # bytes handed to collectives were counted per process of the old run
+    blob = {**first, "state": {**first["state"], "fields": fields}, "ledger": led,
+            "nodes": comm.nodes.clone()}  # fmt: skip
+    return blob, files[0]
 
 
 def check_history(out: Path, meta: dict[str, Any]) -> None:

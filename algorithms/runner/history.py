@@ -14,10 +14,14 @@ class History:
 
     Attributes:
         f_logged: every ``f`` logged so far (the stability verdict reads its start and best).
+        rows: every row logged, when ``keep`` (the Python API's in-memory history), else None.
     """
 
-    def __init__(self, path: Path, columns: list[str], append: bool, write: bool) -> None:
+    def __init__(
+        self, path: Path, columns: list[str], append: bool, write: bool, keep: bool = False
+    ) -> None:
         self.f_logged = _logged_f(path) if append else []
+        self.rows: list[dict[str, Any]] | None = [] if keep else None  # in memory, when kept
         self._fh = open(path, "a" if append else "w", newline="") if write else None  # noqa: SIM115
         self._writer = None
         if self._fh is not None:
@@ -27,6 +31,8 @@ class History:
 
     def add(self, row: dict[str, Any]) -> None:
         self.f_logged.append(row["f"])
+        if self.rows is not None:
+            self.rows.append(dict(row))
         if self._writer is not None:
             self._writer.writerow({k: fmt(row.get(k)) for k in self._writer.fieldnames})
             self._fh.flush()

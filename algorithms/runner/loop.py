@@ -85,8 +85,12 @@ def execute(
     comm,
     is_writer: bool = True,
     stop: StopSignals | None = None,
+    keep: dict | None = None,
+    announce: bool = True,
 ) -> int:
-    """Run ``algo`` with ``comm``; only the writer (rank 0) writes files and prints."""
+    """Run ``algo`` with ``comm``; only the writer (rank 0) writes files and prints (the
+    summary only with ``announce``). ``keep``, a dict, receives the history rows and their
+    ``columns``, the ``summary`` and the ``config`` in memory (:func:`algorithms.api.run`)."""
     stop = stop or StopSignals()
     ckpt, error = None, ""
     if getattr(args, "resume", None) is not None:
@@ -139,7 +143,8 @@ def execute(
     reason, last, signum = "completed", {}, 0
     extras_keys = list(type(algo).reports)
     columns = HISTORY_COLUMNS + extras_keys
-    with History(out / "history.csv", columns, ckpt is not None, is_writer) as history:
+    keeping = keep is not None
+    with History(out / "history.csv", columns, ckpt is not None, is_writer, keeping) as history:
 
         def record(t: int, extras: dict[str, float]) -> dict[str, Any]:
             f = float(problem.loss(state.x))
@@ -238,9 +243,12 @@ def execute(
     }
     if signum:
         summary["resume"] = resume_command(out, config.get("world_size"))
+    if keep is not None:
+        keep.update(history=history.rows, columns=columns, summary=summary, config=config)
     if is_writer:
         (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
-        print(summary_text(config, summary))
+        if announce:
+            print(summary_text(config, summary))
         if signum:
             print(
                 f"interrupted by {signal.Signals(signum).name} at iteration {t} of {T}; "

@@ -72,13 +72,16 @@ def versions() -> dict[str, str]:
     return out
 
 
-def configure(args) -> tuple[Algorithm, Any, dict[str, Any]]:
-    """Resolve the command line into a method, a problem and the config record."""
+def configure(args, objects: dict[str, Any] | None = None) -> tuple[Algorithm, Any, dict[str, Any]]:
+    """Resolve the command line into a method, a problem and the config record. ``objects``
+    (from :func:`algorithms.api.run`) may give the method's class (``"algorithm"``), a
+    compressor and a problem as objects instead of names."""
     from problems.registry import make_problem
 
+    objects = objects or {}
     if args.algorithm is None:
         raise BadInput("give an ALGORITHM (see --list)")
-    cls = get_algorithm(args.algorithm)
+    cls = objects.get("algorithm") or get_algorithm(args.algorithm)
     check_run_options(args)
     if args.log_every is None:
         args.log_every = max(1, args.iters // 1000)
@@ -93,8 +96,8 @@ def configure(args) -> tuple[Algorithm, Any, dict[str, Any]]:
         if not step > 0 or not math.isfinite(step):
             raise BadInput(f"--step must be 'theory' or a positive float, got {args.step!r}")
     check_device(args.device)
-    knobs = parse_knobs(args.problem, args.problem_opt)
-    problem = make_problem(
+    knobs = parse_knobs(args.problem, args.problem_opt) if "problem" not in objects else {}
+    problem = objects.get("problem") or make_problem(
         args.problem,
         dataset=args.dataset,
         split=args.split,
@@ -111,7 +114,7 @@ def configure(args) -> tuple[Algorithm, Any, dict[str, Any]]:
             f"--tol-on f_gap: f_star of {args.problem} is unknown (no f - f_star to test); "
             "use --tol-on grad_norm_sq"
         )
-    compressor = parse_spec(args.compressor)
+    compressor = objects.get("compressor") or parse_spec(args.compressor)
     if args.layerwise:
         sizes = getattr(problem, "param_sizes", None)
         if sizes is None:
@@ -159,7 +162,7 @@ def configure(args) -> tuple[Algorithm, Any, dict[str, Any]]:
         "step": theory_record,
         "compressor": compressor_record(algo.compressor, problem.d),
         "problem": {
-            "name": args.problem,
+            "name": type(problem).__name__ if "problem" in objects else args.problem,
             "n": problem.n,
             "d": problem.d,
             "dataset": args.dataset,

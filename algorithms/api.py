@@ -1,0 +1,184 @@
+"""The Python entry point: one call runs a method and returns its history, in memory.
+
+::
+
+    from algorithms.api import run
+
+    res = run("ef21", compressor="topk:k=1", problem="logreg-nonconvex", dataset="mushrooms",
+              nodes=20, iters=2000, step_mult=4, seed=0)
+    res.history            # pandas DataFrame, one row per logged iteration (history.csv's columns)
+    res.summary["reason"]  # "completed", "diverged", "tolerance", ...
+    res.config["step"]     # the step size and the formula it came from
+
+Every keyword is a flag of ``python -m algorithms.run`` (``--step-mult`` is ``step_mult``, a
+method's own options too: ``eta=0.9``); ``problem_opt`` takes a dict (``{"dim": 100}``),
+``lam`` is ``--lambda``, and a flag that takes no value is ``True``. The run goes through the
+same resolution and loop as the command line (:mod:`algorithms.runner`), so the same arguments
+give the same history. Nothing is written unless ``out=`` names a folder, which then receives
+what the command line writes there (``config.json``, ``history.csv``, ``summary.json``); no
+progress bar or summary is printed unless ``quiet=False``.
+
+Objects as well as names: ``method`` may be an :class:`algorithms.base.Algorithm` subclass,
+``compressor`` a :class:`compressors.base.Compressor` instance and ``problem`` a
+:class:`problems.base.Problem` instance, so a class defined in a notebook runs without being
+registered (its theory step comes from its own ``theory``; a ``step=`` float always works).
+Installed packages can also register names for the command line (:mod:`streams.plugins`).
+
+Bad arguments raise ``ValueError`` with the command line's message.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from algorithms.base import Algorithm
+from algorithms.comm import SimulatedComm
+from algorithms.runner.cli import build_parser
+from algorithms.runner.common import BadInput
+from algorithms.runner.folder import out_dir
+from algorithms.runner.loop import execute
+from algorithms.runner.resolve import configure
+from compressors import Compressor
+from problems.base import Problem
+
+__all__ = ["Result", "run"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+    """What a run returns.
+
+    Attributes:
+        history: one row per logged iteration (a pandas DataFrame; the columns of
+            ``history.csv``).
+        config: the resolved config (``config.json``'s record).
+        summary: the stop reason, final metrics, per-node bits, seconds per iteration
+            (``summary.json``'s record).
+        status: the command line's exit status (0 completed, 3 diverged or unstable).
+        out: the folder written, or None.
+    """
+
+    history: Any
+    config: dict
+    summary: dict
+    status: int
+    out: Path | None = None
+
+    @property
+    def final(self) -> dict:
+        return self.summary["final"]
+
+
+def _flag(key: str) -> str:
+    return "--lambda" if key == "lam" else "--" + key.replace("_", "-")
+
+
+def _argv(method: str, compressor: str | None, problem: str | None, flags: dict) -> list[str]:
+    argv = [method]
+    if compressor is not None:
+        argv += ["--compressor", compressor]
+    if problem is not None:
+        argv += ["--problem", problem]
+    for key, value in flags.items():
+        if value is None or value is False:
+            continue
+        if key == "problem_opt" and isinstance(value, dict):
+            for k, v in value.items():
+                argv += ["--problem-opt", f"{k}={v}"]
+        elif value is True:
+            argv.append(_flag(key))
+        elif isinstance(value, list | tuple) and key == "problem_opt":
+            for item in value:
+                argv += ["--problem-opt", str(item)]
+        else:
+            argv += [_flag(key), str(value)]
+    return argv
+
+
+class _Refused(Exception):
+    pass
+
+
+def _parse(argv: list[str]):
+    parser = build_parser()
+
+    def fail(message: str) -> None:
+        raise _Refused(message)
+
+    parser.error = fail  # a bad flag raises instead of exiting the interpreter
+    try:
+        return parser.parse_args(argv)
+    except _Refused as e:
+        raise ValueError(str(e)) from None
+
+
+def run(
+    method: str | type[Algorithm],
+    compressor: str | Compressor | None = None,
+    problem: str | Problem | None = None,
+    *,
+    out: str | Path | None = None,
+    quiet: bool = True,
+    **flags: Any,
+) -> Result:
+    """Run ``method`` and return its :class:`Result` (see the module docstring)."""
+    objects: dict[str, Any] = {}
+    name = method
+    if isinstance(method, type) and issubclass(method, Algorithm):
+        objects["algorithm"] = method
+        name = getattr(method, "registry_name", None) or method.__name__.lower()
+    elif not isinstance(method, str):
+        raise ValueError(f"method must be a registered name or an Algorithm class, got {method!r}")
+    spec = compressor
+    if isinstance(compressor, Compressor):
+        objects["compressor"] = compressor
+        spec = None
+    elif compressor is not None and not isinstance(compressor, str):
+        raise ValueError(f"compressor must be a spec string or a Compressor, got {compressor!r}")
+    pname = problem
+    if isinstance(problem, Problem):
+        objects["problem"] = problem
+        pname = None
+        if flags.get("nodes") not in (None, problem.n):
+            raise ValueError(f"nodes={flags['nodes']} differs from the problem's n = {problem.n}")
+        flags["nodes"] = problem.n
+    elif problem is not None and not isinstance(problem, str):
+        raise ValueError(f"problem must be a registered name or a Problem, got {problem!r}")
+    flags["quiet"] = quiet
+    if "checkpoint_every" in flags and out is None:
+        raise ValueError("checkpoint_every needs out= (a folder for the checkpoints)")
+    if out is not None:
+        flags["out"] = str(out)
+    argv = _argv(name, spec, pname, flags)
+    args = _parse(argv)
+    if args.resume is not None or args.list:
+        raise ValueError("resume and list are command-line actions; run them with the CLI")
+    if args.nodes is None:
+        args.nodes = 10
+    args._argv = argv
+    try:
+        algo, prob, config = configure(args, objects)
+        folder = out_dir(args, args.algorithm) if out is not None else None
+    except ValueError as e:
+        raise ValueError(str(e)) from None
+    comm = SimulatedComm(prob.n, seed=args.seed, float_bits=args.float_bits)
+    kept: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="compzoo-api-") as scratch:
+        where = folder if folder is not None else Path(scratch) / "unwritten"
+        try:
+            status = execute(
+                algo, prob, config, args, where, comm, is_writer=folder is not None,
+                keep=kept, announce=not quiet,
+            )  # fmt: skip
+        except BadInput as e:
+            raise ValueError(str(e)) from None
+    import pandas as pd
+
+    history = pd.DataFrame(kept["history"], columns=kept["columns"])
+    summary = dict(kept["summary"])
+    if folder is None:
+        summary["out"] = None
+    return Result(history, kept["config"], summary, status, folder)

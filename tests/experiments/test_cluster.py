@@ -1,0 +1,130 @@
+"""Sweeps through submitit (experiments.cluster) with the local executor, the path a SLURM job
+array takes without a cluster: the same results as the process pool; a job warned before its
+time limit checkpoints, is requeued and resumes from its checkpoint (not from scratch) to the
+history of an uninterrupted run; a second sweep over the same folder runs nothing again."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("submitit")
+
+from experiments.sweep import main as sweep_main  # noqa: E402
+from experiments.sweep import run_sweep  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "sweep.toml"
+TIMES = {"wall_s", "t_compute", "t_encode", "t_communicate", "t_decode"}
+
+
+def table(path: Path) -> list[dict]:
+    with path.open(newline="") as fh:
+        return [{k: v for k, v in r.items() if k not in TIMES} for r in csv.DictReader(fh)]
+
+
+def test_the_local_executor_gives_the_pools_results(tmp_path):
+    local = run_sweep(EXAMPLE, tmp_path / "local", progress=False, executor="local",
+                      cluster={"time_min": 5})  # fmt: skip
+    pool = run_sweep(EXAMPLE, tmp_path / "pool", jobs=2, progress=False)
+    assert table(local / "summary.csv") == table(pool / "summary.csv")
+    assert table(local / "best.csv") == table(pool / "best.csv")
+    book = json.loads((local / "jobs.json").read_text())
+    assert sorted(book) == sorted(r["run_id"] for r in table(pool / "summary.csv"))
+    for run_id in book:
+        assert table(local / "runs" / run_id / "history.csv") == table(
+            pool / "runs" / run_id / "history.csv"
+        )
+    # again into the same folder: everything is finished, nothing is submitted
+    again = run_sweep(EXAMPLE, local, progress=False, executor="local", cluster={"time_min": 5})
+    assert json.loads((again / "jobs.json").read_text()) == book
+
+
+LONG = """
+name = "long"
+[base]
+problem = "quadratic"
+nodes = 10
+iters = {iters}
+log_every = 2000
+[[methods]]
+algorithm = "marina"
+[grid]
+compressor = ["randk:k=3"]
+step_mult = [1]
+seed = [5]
+"""
+
+
+def _runner_pid(run_dir: Path) -> int | None:
+    """The process running ``python -m algorithms.run ... --out RUN_DIR`` (or --resume it)."""
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            args = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"algorithms.run" in args and str(run_dir).encode() in args:
+            return int(proc.name)
+    return None
+
+
+def _parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def test_a_preempted_job_checkpoints_is_requeued_and_resumes(tmp_path):
+    """The job gets the scheduler's preemption signal (SIGUSR2, as submitit's local executor
+    and SLURM's --signal send it) once its run has logged a few rows: the runner checkpoints,
+    the job is requeued, and the requeued task continues the same folder with --resume, to the
+    history of an uninterrupted run."""
+    iters = 40_000
+    cfg = tmp_path / "long.toml"
+    cfg.write_text(LONG.format(iters=iters))
+    out = tmp_path / "out"
+    result: dict = {}
+    argv = [str(cfg), "--out", str(out), "--executor", "local", "--time-min", "10", "--quiet"]
+    sweeper = threading.Thread(target=lambda: result.update(code=sweep_main(argv)))
+    sweeper.start()
+    deadline = time.monotonic() + 120
+    sent = False
+    while sweeper.is_alive() and time.monotonic() < deadline and not sent:
+        for hist in (out / "runs").glob("*/history.csv"):
+            if len(hist.read_text().splitlines()) >= 4:  # header + 3 rows: 4000 steps done
+                pid = _runner_pid(hist.parent)
+                if pid is not None:
+                    os.kill(_parent(pid), signal.SIGUSR2)  # the job's task process
+                    sent = True
+        time.sleep(0.05)
+    sweeper.join(timeout=180)
+    assert sent, "the run ended before it could be preempted"
+    assert result.get("code") == 0
+    (row,) = table(out / "summary.csv")
+    assert row["status"] == "completed" and row["iters_run"] == str(iters)
+    run_dir = out / "runs" / row["run_id"]
+    config = json.loads((run_dir / "config.json").read_text())
+    assert len(config.get("resumed", [])) == 1  # requeued once, from a checkpoint
+    assert config["resumed"][0]["from_iter"] >= 4000
+    direct = tmp_path / "direct"
+    cli = ["marina", "--compressor", "randk:k=3", "--problem", "quadratic", "--nodes", "10",
+           "--iters", str(iters), "--log-every", "2000", "--seed", "5", "--quiet",
+           "--out", str(direct)]  # fmt: skip
+    subprocess.run([sys.executable, "-m", "algorithms.run", *cli], check=True, cwd=ROOT)
+    assert table(run_dir / "history.csv") == table(direct / "history.csv")
+
+
+def test_cluster_options_need_a_cluster_executor(capsys):
+    assert sweep_main([str(EXAMPLE), "--time-min", "5"]) == 2
+    assert "--time-min needs --executor local or slurm" in capsys.readouterr().err
+    assert sweep_main([str(EXAMPLE), "--executor", "local", "--time-min", "-1"]) == 2
+    assert "--time-min -1.0: must be > 0" in capsys.readouterr().err
