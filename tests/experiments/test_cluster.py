@@ -128,3 +128,42 @@ def test_cluster_options_need_a_cluster_executor(capsys):
     assert "--time-min needs --executor local or slurm" in capsys.readouterr().err
     assert sweep_main([str(EXAMPLE), "--executor", "local", "--time-min", "-1"]) == 2
     assert "--time-min -1.0: must be > 0" in capsys.readouterr().err
+
+
+MULTI = """
+name = "multi"
+[base]
+problem = "quadratic"
+nodes = 6
+iters = 30
+[[methods]]
+algorithm = "marina"
+[grid]
+compressor = ["randk:k=3"]
+step_mult = [1]
+seed = [2]
+"""
+
+
+def test_a_run_of_two_tasks_is_a_torch_distributed_group(tmp_path):
+    """``--tasks-per-run 2``: the job's two tasks form a gloo group (submitit's environment
+    gives the ranks), each holding 3 of the 6 nodes, and follow the 6-node simulation."""
+    cfg = tmp_path / "multi.toml"
+    cfg.write_text(MULTI)
+    out = tmp_path / "out"
+    argv = [str(cfg), "--out", str(out), "--executor", "local", "--tasks-per-run", "2",
+            "--time-min", "5", "--quiet"]  # fmt: skip
+    assert sweep_main(argv) == 0
+    (row,) = table(out / "summary.csv")
+    run_dir = out / "runs" / row["run_id"]
+    assert json.loads((run_dir / "config.json").read_text())["world_size"] == 2
+    sim = tmp_path / "sim"
+    cli = ["marina", "--compressor", "randk:k=3", "--problem", "quadratic", "--nodes", "6",
+           "--iters", "30", "--seed", "2", "--quiet", "--out", str(sim)]  # fmt: skip
+    subprocess.run([sys.executable, "-m", "algorithms.run", *cli], check=True, cwd=ROOT)
+    got, want = table(run_dir / "history.csv"), table(sim / "history.csv")
+    assert len(got) == len(want)
+    for a, b in zip(got, want, strict=True):
+        for key in ("iter", "bits_up", "bits_down"):
+            assert a[key] == b[key], key
+        assert abs(float(a["f"]) - float(b["f"])) <= 1e-10 * max(1.0, abs(float(b["f"])))
