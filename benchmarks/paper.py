@@ -125,23 +125,20 @@ def time_compzoo(algo, problem, steps: int) -> float:
     return (time.perf_counter() - t0) / steps
 
 
+def paper_problem(path: Path, dtype: str, storage: str = "auto"):
+    """The papers' problem on the LIBSVM file ``path``: logreg-nonconvex, lambda 0.1, 20 nodes,
+    a contiguous split, starting at the origin."""
+    return make_problem(
+        "logreg-nonconvex", dataset=f"libsvm:{path}", split="contiguous", nodes=NODES, lam=LAM,
+        dtype=dtype, x0="zeros", storage=storage,
+    )  # fmt: skip
+
+
 def storage_costs(path: Path, dtype: str, steps: int, repeats: int) -> dict:
     """``{"csr_grad_s": ..., "dense_grad_s": ...}``: the full gradient's seconds with the data
     stored each way (``--problem-opt storage=csr|dense``), interleaved, median of
     ``repeats``: the measured cost that ``storage=auto``'s density threshold stands for."""
-    probs = {
-        st: make_problem(
-            "logreg-nonconvex",
-            dataset=f"libsvm:{path}",
-            split="contiguous",
-            nodes=NODES,
-            lam=LAM,
-            dtype=dtype,
-            x0="zeros",
-            storage=st,
-        )  # fmt: skip
-        for st in ("csr", "dense")
-    }
+    probs = {st: paper_problem(path, dtype, st) for st in ("csr", "dense")}
     times: dict[str, list[float]] = {st: [] for st in probs}
     for _ in range(repeats):
         for st, p in probs.items():
@@ -227,15 +224,7 @@ def time_loop(make, steps: int) -> float:
 
 def bench_set(path: Path, name: str, dtype: str, steps: int, repeats: int) -> list[dict]:
     """One row per method on one data set and dtype; the methods' timings interleaved."""
-    problem = make_problem(
-        "logreg-nonconvex",
-        dataset=f"libsvm:{path}",
-        split="contiguous",
-        nodes=NODES,
-        lam=LAM,
-        dtype=dtype,
-        x0="zeros",
-    )
+    problem = paper_problem(path, dtype)
     free = FreeGrad(problem)
     N, d, nnz = problem._A64.shape[0], problem.d, int(problem._A64.nnz)
     itemsize = torch.finfo(problem.dtype).bits // 8

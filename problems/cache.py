@@ -46,9 +46,10 @@ def enabled() -> bool:
     return os.environ.get("COMPZOO_CACHE", "").lower() not in OFF
 
 
-def key(*parts: object) -> str:
-    """sha256 over the given arrays (dtype, shape and bytes), byte strings and plain values."""
-    h = hashlib.sha256(_VERSION)
+def key(*parts: object, version: bytes = _VERSION) -> str:
+    """sha256 over ``version`` and the given arrays (dtype, shape and bytes), byte strings and
+    plain values."""
+    h = hashlib.sha256(version)
     for p in parts:
         if isinstance(p, np.ndarray):
             a = np.ascontiguousarray(p)

@@ -8,7 +8,6 @@ the gradient norm stops decreasing. Results are cached in ``$COMPZOO_CACHE`` (de
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -85,17 +84,9 @@ def cache_dir() -> Path:
 
 
 def cache_key(*parts: object) -> str:
-    """sha256 over the given arrays (their dtype, shape and bytes) and plain values."""
-    h = hashlib.sha256(_VERSION)
-    for p in parts:
-        if isinstance(p, np.ndarray):
-            a = np.ascontiguousarray(p)
-            h.update(f"{a.dtype.str}{a.shape}".encode())
-            h.update(a.tobytes())
-        else:
-            h.update(repr(p).encode())
-        h.update(b"|")
-    return h.hexdigest()
+    """sha256 over the given arrays (their dtype, shape and bytes) and plain values
+    (:func:`problems.cache.key` under the f* entries' own version)."""
+    return cache.key(*parts, version=_VERSION)
 
 
 def cached_solve(key: str, compute: Callable[[], tuple[np.ndarray, float, float]]):

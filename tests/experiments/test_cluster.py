@@ -49,19 +49,19 @@ def test_the_local_executor_gives_the_pools_results(tmp_path):
     assert json.loads((again / "jobs.json").read_text()) == book
 
 
-LONG = """
-name = "long"
+ONE_RUN = """
+name = "one"
 [base]
 problem = "quadratic"
-nodes = 10
+nodes = {nodes}
 iters = {iters}
-log_every = 2000
+log_every = {log_every}
 [[methods]]
 algorithm = "marina"
 [grid]
 compressor = ["randk:k=3"]
 step_mult = [1]
-seed = [5]
+seed = [{seed}]
 """
 
 
@@ -90,7 +90,7 @@ def test_a_preempted_job_checkpoints_is_requeued_and_resumes(tmp_path):
     history of an uninterrupted run."""
     iters = 40_000
     cfg = tmp_path / "long.toml"
-    cfg.write_text(LONG.format(iters=iters))
+    cfg.write_text(ONE_RUN.format(nodes=10, iters=iters, log_every=2000, seed=5))
     out = tmp_path / "out"
     result: dict = {}
     argv = [str(cfg), "--out", str(out), "--executor", "local", "--time-min", "10", "--quiet"]
@@ -130,26 +130,11 @@ def test_cluster_options_need_a_cluster_executor(capsys):
     assert "--time-min -1.0: must be > 0" in capsys.readouterr().err
 
 
-MULTI = """
-name = "multi"
-[base]
-problem = "quadratic"
-nodes = 6
-iters = 30
-[[methods]]
-algorithm = "marina"
-[grid]
-compressor = ["randk:k=3"]
-step_mult = [1]
-seed = [2]
-"""
-
-
 def test_a_run_of_two_tasks_is_a_torch_distributed_group(tmp_path):
     """``--tasks-per-run 2``: the job's two tasks form a gloo group (submitit's environment
     gives the ranks), each holding 3 of the 6 nodes, and follow the 6-node simulation."""
     cfg = tmp_path / "multi.toml"
-    cfg.write_text(MULTI)
+    cfg.write_text(ONE_RUN.format(nodes=6, iters=30, log_every=1, seed=2))
     out = tmp_path / "out"
     argv = [str(cfg), "--out", str(out), "--executor", "local", "--tasks-per-run", "2",
             "--time-min", "5", "--quiet"]  # fmt: skip
