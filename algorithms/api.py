@@ -13,8 +13,10 @@
 Every keyword is a flag of ``python -m algorithms.run`` (``--step-mult`` is ``step_mult``, a
 method's own options too: ``eta=0.9``); ``problem_opt`` takes a dict (``{"dim": 100}``),
 ``lam`` is ``--lambda``, and a flag that takes no value is ``True``. The run goes through the
-same resolution and loop as the command line (:mod:`algorithms.runner`), so the same arguments
-give the same history. Nothing is written unless ``out=`` names a folder, which then receives
+same resolution and loop as the command line, so the same arguments give the same history: the
+command line is a thin layer over this module (``python -m algorithms.run`` parses its flags,
+handles ``--list``, ``--resume`` and torchrun, and calls :func:`run_args`, where :func:`run`
+ends too). Nothing is written unless ``out=`` names a folder, which then receives
 what the command line writes there (``config.json``, ``history.csv``, ``summary.json``); no
 progress bar or summary is printed unless ``quiet=False``.
 
@@ -30,7 +32,6 @@ Bad arguments raise ``ValueError`` with the command line's message.
 from __future__ import annotations
 
 import dataclasses
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +45,7 @@ from algorithms.runner.resolve import configure
 from compressors import Compressor
 from problems.base import Problem
 
-__all__ = ["Result", "run"]
+__all__ = ["Result", "run", "run_args"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,29 +157,45 @@ def run(
     args = _parse(argv)
     if args.resume is not None or args.list:
         raise ValueError("resume and list are command-line actions; run them with the CLI")
-    if args.nodes is None:
-        args.nodes = 10
     args._argv = argv
-    try:
-        algo, prob, config = configure(args, objects)
-        folder = out_dir(args, args.algorithm) if out is not None else None
-    except ValueError as e:
-        raise ValueError(str(e)) from None
-    comm = SimulatedComm(prob.n, seed=args.seed, float_bits=args.float_bits)
     kept: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory(prefix="compzoo-api-") as scratch:
-        where = folder if folder is not None else Path(scratch) / "unwritten"
-        try:
-            status = execute(
-                algo, prob, config, args, where, comm, is_writer=folder is not None,
-                keep=kept, announce=not quiet,
-            )  # fmt: skip
-        except BadInput as e:
-            raise ValueError(str(e)) from None
+    status = run_args(args, objects, keep=kept, write=out is not None, announce=not quiet)
     import pandas as pd
 
     history = pd.DataFrame(kept["history"], columns=kept["columns"])
     summary = dict(kept["summary"])
+    folder = Path(summary["out"]) if out is not None else None
     if folder is None:
         summary["out"] = None
     return Result(history, kept["config"], summary, status, folder)
+
+
+def run_args(
+    args,
+    objects: dict[str, Any] | None = None,
+    *,
+    keep: dict | None = None,
+    write: bool = True,
+    announce: bool = True,
+    stop=None,
+) -> int:
+    """Run a parsed command line (``algorithms.runner.cli.build_parser``) with simulated nodes
+    in this process: what both :func:`run` and ``python -m algorithms.run`` do once their
+    arguments are read. ``objects`` replaces names by objects (see :func:`run`), ``keep``
+    receives the history rows, summary and config, ``write`` says whether the run folder is
+    written. Returns the exit status; bad input raises ``ValueError`` naming it."""
+    if args.nodes is None:
+        args.nodes = 10
+    try:
+        algo, problem, config = configure(args, objects)
+        out = out_dir(args, args.algorithm) if write else Path("unwritten")
+    except ValueError as e:  # BadInput, and the checks of problems, compressors and methods
+        raise ValueError(str(e)) from None
+    comm = SimulatedComm(problem.n, seed=args.seed, float_bits=args.float_bits)
+    try:
+        return execute(
+            algo, problem, config, args, out, comm, is_writer=write, stop=stop, keep=keep,
+            announce=announce,
+        )  # fmt: skip
+    except BadInput as e:
+        raise ValueError(str(e)) from None

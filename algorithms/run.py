@@ -38,7 +38,7 @@ from pathlib import Path
 
 import torch
 
-from algorithms.comm import SimulatedComm
+from algorithms.api import run_args
 from algorithms.runner.checkpoint import load_checkpoint, save_checkpoint
 from algorithms.runner.cli import build_parser, list_everything, resume_args
 from algorithms.runner.common import (
@@ -99,18 +99,9 @@ def _run(argv: list[str] | None, stop: StopSignals) -> int:
             file=sys.stderr,
         )
         return EXIT_BAD_INPUT
-    if args.nodes is None:
-        args.nodes = 10
-    try:
-        algo, problem, config = configure(args)
-        out = out_dir(args, args.algorithm)
-    except ValueError as e:  # BadInput, and the checks of problems, compressors and methods
-        print(f"error: {e}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    comm = SimulatedComm(problem.n, seed=args.seed, float_bits=args.float_bits)
-    try:
-        return execute(algo, problem, config, args, out, comm, stop=stop)
-    except BadInput as e:
+    try:  # the Python API's own entry, with the folder written and the summary printed
+        return run_args(args, stop=stop)
+    except ValueError as e:  # bad input, named
         print(f"error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
 
