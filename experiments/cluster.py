@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -127,6 +128,11 @@ def _executor(kind: str, folder: Path, opts: dict[str, Any]):
             params["signal_delay_s"] = opts["signal_delay_s"]
         ex.update_parameters(**params)
         return ex
+    if shutil.which("srun") is None or shutil.which("sbatch") is None:
+        raise ValueError(
+            "--executor slurm: no SLURM here (srun and sbatch are not on PATH); use "
+            "--executor local (the same jobs on this machine) or the default pool"
+        )
     ex = submitit.SlurmExecutor(folder=folder)
     params = {"time": int(opts.get("time_min") or 60),
               "ntasks_per_node": opts.get("tasks_per_run") or 1,
@@ -165,10 +171,13 @@ def submit_all(
     ex.update_parameters(**({"job_name": out.name} if kind == "slurm" else {}))
     jobs = []
     if fresh:
-        with ex.batch():
-            for s in fresh:
-                iters = _iters(s.argv)
-                jobs.append(ex.submit(RunJob(), s.argv, str(out / "runs" / s.run_id), iters, env))
+        try:
+            with ex.batch():
+                for s in fresh:
+                    run_dir = str(out / "runs" / s.run_id)
+                    jobs.append(ex.submit(RunJob(), s.argv, run_dir, _iters(s.argv), env))
+        except (OSError, subprocess.CalledProcessError, submitit.core.utils.FailedJobError) as e:
+            raise ValueError(f"--executor {kind}: submitting the jobs failed: {e}") from None
     book.update({s.run_id: j.job_id for s, j in zip(fresh, jobs, strict=True)})
     book_path.write_text(json.dumps(book, indent=1) + "\n")
     pending = {j.job_id: j for j in jobs}

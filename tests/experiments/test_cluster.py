@@ -152,3 +152,37 @@ def test_a_run_of_two_tasks_is_a_torch_distributed_group(tmp_path):
         for key in ("iter", "bits_up", "bits_down"):
             assert a[key] == b[key], key
         assert abs(float(a["f"]) - float(b["f"])) <= 1e-10 * max(1.0, abs(float(b["f"])))
+
+
+def test_slurm_arrays_carry_the_options(tmp_path, monkeypatch):
+    """With stand-in ``srun``/``sbatch`` on PATH: the runs go to one job array whose sbatch
+    script carries the partition, the time limit, the tasks and GPUs per run, the array
+    parallelism and the warning signal; without SLURM the sweep exits 2 naming it."""
+    from experiments import cluster
+    from experiments.config import load_config
+
+    assert sweep_main([str(EXAMPLE), "--out", str(tmp_path / "none"), "--executor", "slurm",
+                       "--quiet"]) == 2  # fmt: skip
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text("#!/bin/sh\nexit 0\n")
+    (bin_dir / "sbatch").write_text(
+        f'#!/bin/sh\nfor a; do last="$a"; done\ncp "$last" {tmp_path}/script.sh\n'
+        'echo "Submitted batch job 4242"\n'
+    )
+    for f in ("srun", "sbatch"):
+        (bin_dir / f).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    opts = {"partition": "gpu-long", "time_min": 90, "gpus_per_run": 1, "tasks_per_run": 2,
+            "array_parallelism": 3, "signal_delay_s": 100}  # fmt: skip
+    ex = cluster._executor("slurm", tmp_path / "jobs", opts)
+    specs = load_config(EXAMPLE).runs()
+    with ex.batch():
+        jobs = [ex.submit(cluster.RunJob(), s.argv, str(tmp_path / s.run_id), None, {})
+                for s in specs]  # fmt: skip
+    assert [j.job_id for j in jobs] == [f"4242_{i}" for i in range(len(specs))]
+    script = (tmp_path / "script.sh").read_text()
+    for line in ("#SBATCH --partition=gpu-long", "#SBATCH --time=90", "#SBATCH --gpus-per-node=1",
+                 "#SBATCH --ntasks-per-node=2", f"#SBATCH --array=0-{len(specs) - 1}%3",
+                 "#SBATCH --signal=USR2@100"):  # fmt: skip
+        assert line in script, (line, script)
