@@ -47,6 +47,9 @@ from problems.base import Problem
 
 __all__ = ["Result", "run", "run_args"]
 
+# Flags that describe the problem: with a Problem object they are its own, not the call's.
+PROBLEM_FLAGS = ("dataset", "problem_opt", "split", "lam", "x0", "dtype", "device")
+
 
 @dataclasses.dataclass(frozen=True)
 class Result:
@@ -143,6 +146,12 @@ def run(
     if isinstance(problem, Problem):
         objects["problem"] = problem
         pname = None
+        owned = sorted(k for k in PROBLEM_FLAGS if flags.get(k) is not None)
+        if owned:
+            raise ValueError(
+                f"{', '.join(owned)}: set by the problem object itself; build the problem with "
+                "them, or pass the problem by name"
+            )
         if flags.get("nodes") not in (None, problem.n):
             raise ValueError(f"nodes={flags['nodes']} differs from the problem's n = {problem.n}")
         flags["nodes"] = problem.n

@@ -35,10 +35,8 @@ from typing import Any
 
 import submitit
 
-__all__ = ["EXECUTORS", "RunJob", "submit_all"]
+__all__ = ["RunJob", "submit_all"]
 
-EXECUTORS = ("pool", "local", "slurm")
-ROOT = Path(__file__).resolve().parents[1]
 # How long a preempted runner may take to finish its step and write its checkpoint.
 STOP_GRACE_S = 120
 ALIVE = ("PENDING", "RUNNING", "REQUEUED", "CONFIGURING", "COMPLETING", "RESIZING", "SUSPENDED")

@@ -158,6 +158,8 @@ def test_a_notebook_compressor_and_method_run_as_objects():
     problem = make_problem("quadratic", nodes=4, seed=1)  # what run() builds for seed 1
     again = run(PlainCGD, compressor=Halve(), problem=problem, iters=40, step=0.5, seed=1)
     assert again.history["f"].tolist() == res.history["f"].tolist()
+    with pytest.raises(ValueError, match="dataset, split: set by the problem object itself"):
+        run(PlainCGD, compressor=Halve(), problem=problem, step=0.5, dataset="x", split="iid")
     ef21 = run("ef21", compressor=Halve(), nodes=4, iters=10)  # a registered method, theory step
     assert ef21.config["step"]["gamma"] > 0 and ef21.config["compressor"]["delta"] == 0.75
 

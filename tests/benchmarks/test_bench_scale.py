@@ -38,4 +38,5 @@ def test_a_tiny_sharded_launch(tmp_path):
     row = scale.launch(12, 6, 2, 2, tmp_path)
     assert "error" not in row, row
     assert row["world"] == 2 and row["s_per_step"] > 0
-    assert 50 < row["peak_mib_mean"] <= row["peak_mib_max"] < 4096
+    # each rank's VmHWM was read (0 if not): a process that imported torch holds > 150 MiB
+    assert 150 < row["peak_mib_mean"] <= row["peak_mib_max"] < 4096
