@@ -93,11 +93,26 @@ def check_compressor(name: str, needs: str, c: Compressor, d: int, force: bool) 
     """Refuse a compressor outside the class the method's theory needs (unless ``force``)."""
     if force or needs == "any":
         return
+    if needs == "none":
+        if c.spec() != "identity":
+            raise ValueError(
+                f"{name} compresses with a mechanism of its own and takes no compressor, got "
+                f"{c.spec()}; allowed: identity (see its options in --list)"
+            )
+        return
     if needs == "unbiased" and not c.unbiased:
         raise ValueError(
             f"{name} needs an unbiased compressor (one declaring omega), got {c.spec()}; "
             "use e.g. randk, qsgd, natural, permk, or pass --force-compressor"
         )
+    if needs == "absolute":
+        if not c.absolute:
+            raise ValueError(
+                f"{name} needs an absolute compressor (one declaring Delta^2), got {c.spec()}; "
+                "use e.g. threshold, round, or pass --force-compressor"
+            )
+        c.abs_delta_sq(d)
+        return
     if needs == "contractive":
         if not c.contractive:
             raise ValueError(
@@ -114,9 +129,11 @@ class Algorithm:
     """Base of every method: hyperparameters only.
 
     Class declarations:
-        needs: ``"unbiased"``, ``"contractive"`` or ``"any"``: the compressor class the theory
-            assumes (``contractive`` also accepts unbiased ones through ``delta = 1/(omega+1)``
-            only if the method's paper does; by default it needs ``delta`` declared).
+        needs: ``"unbiased"``, ``"contractive"``, ``"absolute"``, ``"any"`` or ``"none"`` (the
+            method compresses by a mechanism of its own: only the identity is accepted): the
+            compressor class the theory assumes (``contractive`` also accepts unbiased ones through
+            ``delta = 1/(omega+1)`` only if the method's paper does; by default it needs
+            ``delta`` declared).
         stochastic: the method uses minibatches (``batch_size``).
         options: CLI-settable hyperparameters beyond ``gamma`` and the compressor.
         reports: names of the extras ``step`` returns (history.csv columns).

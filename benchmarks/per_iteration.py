@@ -31,7 +31,7 @@ import torch
 
 import problems.glm as glm
 from algorithms.comm import SimulatedComm
-from algorithms.registry import ALGORITHMS
+from algorithms.registry import ALGORITHMS, usual_compressor
 from algorithms.vr_common import TAG_COIN
 from benchmarks import bandwidth, baselines
 from benchmarks.clock import median_seconds
@@ -121,9 +121,9 @@ def _forced_dense(on: bool) -> Iterator[None]:
 
 
 def compressor_for(name: str, d: int) -> str:
-    """The method's usual compressor spec: Top-K if it needs a contractive one, else Rand-K."""
+    """The method's usual compressor spec (:func:`algorithms.registry.usual_compressor`)."""
     k = max(1, d // 100)
-    return f"topk:k={k}" if ALGORITHMS[name].needs == "contractive" else f"randk:k={k}"
+    return usual_compressor(name, k)
 
 
 def _sync(device: torch.device) -> None:

@@ -29,6 +29,8 @@ def describe(c: Compressor, d: int) -> dict[str, str]:
             const = f"delta={c.delta(d):.6g}"
         except ValueError:
             kind, const = "neither", "-"
+    elif c.absolute:
+        kind, const = "absolute", f"Delta^2={c.abs_delta_sq(d):.6g}"
     else:
         kind, const = "neither", "-"
     expected = c.expected_bits(d)

@@ -93,6 +93,9 @@ class Compressor:
     Class-level declarations (tests and algorithms read these, never class names):
         unbiased: ``E C(x) = x`` and ``E||C(x) - x||^2 <= omega(d) ||x||^2``.
         contractive: ``E||C(x) - x||^2 <= (1 - delta(d)) ||x||^2`` (biased compressors).
+        absolute: ``E||C(x) - x||^2 <= abs_delta_sq(d)`` for every ``x``, a bound independent of
+            ``||x||`` (Sahu et al. 2021, arXiv 2108.00951; Danilova & Gorbunov 2022, arXiv
+            2203.02383): hard threshold, rounding to a grid.
         deterministic: no randomness at all (``rng`` is ignored).
         shared_randomness: rows must be given identical keys (a shared seed) for the declared
             joint behaviour (PermK; RandK with ``shared=True``).
@@ -122,6 +125,7 @@ class Compressor:
 
     unbiased: ClassVar[bool] = False
     contractive: ClassVar[bool] = False
+    absolute: ClassVar[bool] = False
     deterministic: ClassVar[bool] = False
     shared_randomness: ClassVar[bool] = False
     needs_node_count: ClassVar[bool] = False
@@ -143,6 +147,10 @@ class Compressor:
         if self.unbiased:
             return 1.0 / (self.omega(d) + 1.0)
         raise ValueError(f"{self.spec()} is in neither class: it declares no delta")
+
+    def abs_delta_sq(self, d: int) -> float:
+        """``Delta^2`` of an absolute compressor: ``E||C(x) - x||^2 <= Delta^2`` for all ``x``."""
+        raise ValueError(f"{self.spec()} is not absolute: it declares no Delta^2")
 
     def bias_variance(self, d: int) -> tuple[float, float]:
         """``(eta, omega)`` of EF-BV's class ``C(eta, omega)`` (Condat, Yi & Richtárik 2022,
@@ -187,8 +195,13 @@ class Compressor:
         """A vector at which the declared constant is attained (or ``None`` if none is known).
 
         For unbiased compressors ``E||C(x) - x||^2 = omega ||x||^2`` there; for contractive ones
-        ``E||C(x) - x||^2 = (1 - delta) ||x||^2``.
+        ``E||C(x) - x||^2 = (1 - delta) ||x||^2`` (absolute ones: :meth:`abs_worst_case`).
         """
+        return None
+
+    def abs_worst_case(self, d: int) -> torch.Tensor | None:
+        """For an absolute compressor, a vector with ``E||C(x) - x||^2 >= 0.9 abs_delta_sq(d)``
+        (the bound is nearly attained there), or ``None`` if none is known."""
         return None
 
     # ---------------------------------------------------------------- binding and naming

@@ -16,6 +16,7 @@ from compressors.base import Compressor
 from compressors.bernoulli import Bernoulli
 from compressors.compose import Compose
 from compressors.dithering import QSGD
+from compressors.grid_round import GridRound
 from compressors.identity import Identity
 from compressors.natural import Natural
 from compressors.natural_dithering import NaturalDithering
@@ -26,6 +27,7 @@ from compressors.scaled import Scaled
 from compressors.scaled_sign import ScaledSign
 from compressors.sign import Sign
 from compressors.terngrad import TernGrad
+from compressors.threshold import Threshold
 from compressors.top_k import TopK
 from streams import plugins
 
@@ -44,6 +46,8 @@ COMPRESSORS: dict[str, type[Compressor]] = {
     "bernoulli": Bernoulli,
     "scaled": Scaled,
     "compose": Compose,
+    "threshold": Threshold,
+    "round": GridRound,
 }
 # Installed packages' classes under the entry-point group 'compzoo.compressors', added on first use
 # (streams.plugins).

@@ -242,6 +242,27 @@ class Problem:
         """``grad f(x)``, shape ``(d,)``."""
         return self._full_grad(self._point(x))
 
+    # ------------------------------------------------------------------ the server's data
+    #: How a run gives the server a data set of its own (the hint of the error below).
+    server_data_hint: ClassVar[str] = "this problem has no way to give the server data"
+
+    @property
+    def has_server_data(self) -> bool:
+        """Whether the server holds an objective ``f_S`` of its own: a small private data set
+        that no node holds (CAFe-S, Ortega et al., arXiv 2512.22623). Default: no."""
+        return False
+
+    def server_grad(self, x: torch.Tensor) -> torch.Tensor:
+        """``grad f_S(x)``, shape ``(d,)``: the gradient of the server's own objective (its
+        data; the same on every process, whatever nodes it holds). ``ValueError`` naming how
+        to give the server data when the problem has none."""
+        if not self.has_server_data:
+            raise ValueError(f"{self.name}: the server holds no data: {self.server_data_hint}")
+        return self._server_grad(self._point(x))
+
+    def _server_grad(self, x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
     def grad(self, x_i: torch.Tensor, batch: Batch | None = None) -> torch.Tensor:
         """Per-node gradients, ``(m, d)``: row ``j`` is ``grad f_{nodes[j]}(x_i[j])``.
 
@@ -298,6 +319,25 @@ class Problem:
         streams = Streams.coerce(rng, self.m, device=self.device)
         return self._sample(streams, batch_size)
 
+    # ------------------------------------------------------------------ exact Hessians
+    #: whether :meth:`hess` is available (GLMs, quadratics); deep nets: no.
+    hessians: ClassVar[bool] = False
+
+    def hess(self, x_i: torch.Tensor) -> torch.Tensor:
+        """Per-node Hessians, ``(m, d, d)``: entry ``j`` is ``grad^2 f_{nodes[j]}(x_i[j])``,
+        exact and symmetric, all held nodes in one batched pass (second-order methods: FedNL,
+        Safaryan et al. 2021, arXiv 2106.02969). ``x_i`` is ``(m, d)`` or ``(d,)`` as for
+        :meth:`grad`. ``ValueError`` where the problem has no exact Hessians (deep nets)."""
+        if not self.hessians:
+            raise ValueError(
+                f"{self.name}: exact per-node Hessians are not available for this problem; "
+                "second-order methods need a GLM (logreg, least-squares, ...) or a quadratic"
+            )
+        return self._hess(self._rows(x_i))
+
+    def _hess(self, X: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
     # ------------------------------------------------------------------ helpers
     def _point(self, x: torch.Tensor) -> torch.Tensor:
         if not isinstance(x, torch.Tensor) or x.shape != (self.d,):
@@ -337,6 +377,29 @@ class Problem:
 
     def _sample(self, streams: Streams, batch_size: int) -> Batch:
         raise NotImplementedError
+
+    # ------------------------------------------------------------------ label flipping
+    def label_flipped(self, nodes: torch.Tensor | list[int]) -> Problem:
+        """The same problem with the labels of ``nodes``' samples negated (``b -> -b``): the
+        data of label-flipping nodes (Byzantine attacks). Constants and ``x_star`` stay the
+        original problem's. ``ValueError`` where the problem has no labels (the default)."""
+        raise ValueError(
+            f"{self.name} has no labels to flip: label flipping needs a classification problem "
+            "(logreg, logreg-nonconvex)"
+        )
+
+    # ------------------------------------------------------------------ matrix smoothness
+    def smoothness_matrices(self) -> torch.Tensor | None:
+        """The held nodes' smoothness matrices, float64 ``(m, d, d)`` on the CPU, or None where
+        unknown (deep nets; the default).
+
+        Row ``j`` is a symmetric ``L_i`` (``i = nodes[j]``) with
+        ``f_i(x) <= f_i(y) + <grad f_i(y), x - y> + (1/2) ||x - y||^2_{L_i}`` for all ``x, y``
+        (Safaryan, Hanzely & Richtárik 2021, arXiv 2106.03524, matrix smoothness); its largest
+        eigenvalue is at most the problem's ``L_i`` constant. Single ``L_i`` of a nonconvex
+        ``f_i`` may be indefinite; methods whose theory needs them positive semidefinite check.
+        """
+        return None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(n={self.n}, d={self.d}, m={self.m}, dtype={self.dtype})"

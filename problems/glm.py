@@ -15,6 +15,7 @@ their rows from the CSR arrays and reduce with ``index_add_``.
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 import warnings
@@ -48,8 +49,14 @@ DATA_KNOBS: dict[str, tuple[Any, str]] = {
     "index_base": (1, "first feature index of a LIBSVM file: 1 (LIBSVM) or 0 (zero-based)"),
     "max_dense_gib": (4.0, "refuse a LIBSVM file whose dense N x d float64 design exceeds this"),
     "storage": ("auto", "gradients' data layout: auto (dense above 1/4 non-zeros), dense, csr"),
-}
+    "server_rows": (0, "rows drawn at random (seeded) for the server's own data, held out of the "
+                    "nodes' (CAFe-S); 0: the server holds none"),
+}  # fmt: skip
+# Stream tag of the draw of the server's rows (``server_rows``).
+_SERVER_TAG = 0x5E5D
 STORAGES = ("auto", "dense", "csr")
+# Largest ``m d^2`` that :meth:`GLM.smoothness_matrices` builds (float64: 2 GiB).
+_MAX_SMOOTHNESS_ENTRIES = 2**28
 
 
 def _torch_csr(M: sp.csr_matrix, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -92,9 +99,12 @@ class GLM(Problem):
         x0: str = "default",
         seed: int = 0,
         storage: str = "auto",
+        server: tuple[sp.spmatrix | np.ndarray, np.ndarray] | None = None,
     ) -> None:
         """``A`` ``(N, d)`` and ``b`` ``(N,)`` hold the rows sorted by node; node ``i`` owns
-        ``counts[i]`` consecutive rows. ``storage``: the layout the gradients read, ``dense``,
+        ``counts[i]`` consecutive rows. ``server``: ``(A_S, b_S)``, rows only the server holds,
+        its objective ``f_S(x) = (1/K) sum_j phi(a_j^T x, b_j) + R(x)`` over its ``K`` rows
+        (:meth:`server_grad`), or None. ``storage``: the layout the gradients read, ``dense``,
         ``csr`` or ``auto`` (dense above ``DENSE_ABOVE`` non-zeros: on this class of CPU a dense
         entry costs about a quarter of a stored sparse one, measured by ``python -m benchmarks
         --only paper``); the maths is the same, the rounding may differ."""
@@ -150,7 +160,20 @@ class GLM(Problem):
         # loss, dtype and device; else torch's (block-)sparse and dense products.
         self._kernels = glm_kernels.available(self.KERNEL_LOSS, dt, self.device)
         self._kdata = glm_kernels.pack(self._Ad, (self._crow, self._col, self._val), d)
+        self._server = None if server is None else self._server_data(*server)
         self._select()
+
+    def _server_data(self, A_S, b_S) -> tuple[torch.Tensor, torch.Tensor]:
+        """The server's rows as a dense ``(K, d)`` tensor and their labels (a few rows)."""
+        A_S = np.asarray(A_S.toarray() if sp.issparse(A_S) else A_S, dtype=np.float64)
+        b_S = np.asarray(b_S, dtype=np.float64).reshape(-1)
+        if A_S.ndim != 2 or A_S.shape[1] != self.d or A_S.shape[0] != b_S.size or not b_S.size:
+            raise ValueError(
+                f"{self.name}: the server's data must be K >= 1 rows of d = {self.d} features "
+                f"with K labels, got rows {A_S.shape} and {b_S.size} labels"
+            )
+        dev, dt = self.device, self.dtype
+        return torch.from_numpy(A_S).to(dev, dt), torch.from_numpy(b_S).to(dev, dt)
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -170,22 +193,65 @@ class GLM(Problem):
         """Load ``dataset``, split it among ``nodes`` and build the problem."""
         scale = knobs.pop("scale", "none")
         storage = knobs.pop("storage", "auto")
+        server_rows = knobs.pop("server_rows", 0)
         if storage not in STORAGES:
             raise ValueError(
                 f"{cls.name}: storage must be one of {', '.join(STORAGES)}, got {storage!r}"
             )
         ds = load_tabular(dataset, cls.name, seed=seed, scale=scale, **knobs)
         b = cls.labels(ds)
+        X, server = ds.X, None
+        if server_rows:
+            keep, held = cls._server_split(b.size, nodes, server_rows, seed)
+            X, b, server = X[keep], b[keep], (X[held], b[held])
         order, counts = split_rows(split, b, nodes, seed=seed, problem=cls.name)
         lam = cls.default_lam if lam is None else lam
         return cls(
-            ds.X[order], b[order], counts, lam=lam, dtype=dtype, device=device, x0=x0,
-            seed=seed, storage=storage,
+            X[order], b[order], counts, lam=lam, dtype=dtype, device=device, x0=x0,
+            seed=seed, storage=storage, server=server,
         )  # fmt: skip
+
+    @classmethod
+    def _server_split(
+        cls, N: int, nodes: int, K: object, seed: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``server_rows = K``: ``K`` rows drawn uniformly without replacement from a stream
+        keyed by ``seed`` (a sample of the whole data set, so representative of the nodes'
+        union), held out of the nodes' data; returns ``(kept, held)`` row indices, each in file
+        order."""
+        if isinstance(K, bool) or not isinstance(K, int) or not 0 <= K <= N - nodes:
+            raise ValueError(
+                f"{cls.name}: server_rows must be an integer in [0, {N - nodes}] (the nodes "
+                f"keep at least one row each), got {K!r}"
+            )
+        held = np.sort(np.random.default_rng([seed, _SERVER_TAG]).permutation(N)[:K])
+        return np.setdiff1d(np.arange(N), held), held
 
     @classmethod
     def labels(cls, ds) -> np.ndarray:
         return ds.signed(cls.name)
+
+    server_data_hint = "give it rows with --problem-opt server_rows=K"
+
+    @property
+    def has_server_data(self) -> bool:
+        return self._server is not None
+
+    def _server_grad(self, x: torch.Tensor) -> torch.Tensor:
+        A_S, b_S = self._server
+        u = self.dphi(A_S @ x, b_S) / b_S.numel()
+        return u @ A_S + self.reg_grad(x[None], self.lam)[0]
+
+    def label_flipped(self, nodes) -> GLM:
+        ids = torch.as_tensor(nodes, dtype=torch.int64).reshape(-1).cpu().numpy()
+        if ids.size and (ids.min() < 0 or ids.max() >= self.n):
+            raise ValueError(f"{self.name}: nodes must lie in [0, {self.n}), got {ids.tolist()}")
+        owner = np.repeat(np.arange(self.n), np.diff(self._offsets64))
+        new = copy.copy(self)
+        new._b64 = np.where(np.isin(owner, ids), -self._b64, self._b64)
+        new._b = torch.from_numpy(new._b64).to(self.device, self.dtype)
+        new._select()
+        return new
 
     def _select(self) -> None:
         nodes = self.nodes.cpu().numpy()
@@ -319,6 +385,48 @@ class GLM(Problem):
         G.index_add_(0, flat, vals * u[row])
         return G.reshape(self.m, self.d).add_(self._reg_grad_rows(X))
 
+    # ------------------------------------------------------------------ exact Hessians
+    hessians = True
+    # Largest ``m d^2`` that :meth:`hess` returns (float64: 2 GiB).
+    MAX_HESSIAN_ENTRIES: ClassVar[int] = 2**28
+
+    def _hess(self, X: torch.Tensor) -> torch.Tensor:
+        """``(1/m_i) A_i^T diag(phi''(A_i x_i)) A_i + diag(R''(x_i))`` for every held node: the
+        curvature weights come from one pass over the held rows (the margins of the gradients);
+        dense data with equal ``m_i`` (torch path) is one batched product, any other layout one
+        sparse product ``B^T diag(w) B`` of the block-diagonal design (node ``j``'s rows in
+        column block ``j``; work proportional to ``sum_rows nnz^2``), no loop over nodes."""
+        m, d = self.m, self.d
+        if m * d * d > self.MAX_HESSIAN_ENTRIES:
+            raise ValueError(
+                f"{self.name}: the Hessians of {m} nodes would hold m d^2 = {m * d * d} entries "
+                f"(> {self.MAX_HESSIAN_ENTRIES}); hold fewer nodes"
+            )
+        w = self.d2phi(self._margins(X), self._bh) * self._inv_m
+        if self._X3 is not None:
+            H = torch.bmm(self._X3.transpose(1, 2) * w.view(m, 1, -1), self._X3)
+        else:
+            w64 = w.detach().to("cpu", torch.float64).numpy()
+            G = (self._hess_design().T @ sp.diags(w64) @ self._hess_design()).tocoo()
+            out = np.zeros((m, d, d))
+            out[G.row // d, G.row % d, G.col % d] = G.data
+            H = torch.from_numpy(out).to(self.device, self.dtype)
+        H.diagonal(dim1=1, dim2=2).add_(self.reg_hess_diag(X, self.lam))
+        return H
+
+    def _hess_design(self) -> sp.csr_matrix:
+        """The held rows as a block-diagonal CSR ``(N_held, m d)``, built once per node set."""
+        key = tuple(self.nodes.tolist())
+        cached = getattr(self, "_hess_B", None)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        sub = self._A64[self._krows.numpy()]
+        local = self._local.cpu().numpy()
+        cols = sub.indices.astype(np.int64) + self.d * np.repeat(local, np.diff(sub.indptr))
+        B = sp.csr_matrix((sub.data, cols, sub.indptr), shape=(sub.shape[0], self.m * self.d))
+        self._hess_B = (key, B)
+        return B
+
     # ------------------------------------------------------------------ constants
     def _fun_grad64(self, x: np.ndarray) -> tuple[float, np.ndarray]:
         z = torch.from_numpy(self._A64 @ x)
@@ -414,6 +522,33 @@ class GLM(Problem):
     def _extra_consts(self) -> dict[str, float | None]:
         """``mu`` and ``L_pm`` where known (subclasses)."""
         return {}
+
+    def smoothness_matrices(self) -> torch.Tensor:
+        """``L_i = PHI_CURV (1/m_i) A_i^T A_i + REG_CURV lam I`` for the held nodes, float64
+        ``(m, d, d)`` (the Hessian bound ``phi'' <= PHI_CURV``, ``R'' <= REG_CURV lam``; logistic
+        regression: ``(1/(4 m_i)) A_i^T A_i + lam I``, least squares: ``(1/m_i) A_i^T A_i +
+        lam I``). All held nodes' Gram matrices come from one sparse product of the
+        block-diagonal design (node ``j``'s rows in column block ``j``), no loop over nodes."""
+        nodes = self.nodes.cpu().numpy()
+        m, d = nodes.size, self.d
+        if m * d * d > _MAX_SMOOTHNESS_ENTRIES:
+            raise ValueError(
+                f"{self.name}: the smoothness matrices of {m} nodes would hold m d^2 = "
+                f"{m * d * d} entries (> {_MAX_SMOOTHNESS_ENTRIES}); hold fewer nodes"
+            )
+        starts, counts = self._offsets64[nodes], np.diff(self._offsets64)[nodes]
+        rows = np.concatenate([np.arange(s, s + c) for s, c in zip(starts, counts, strict=True)])
+        local = np.repeat(np.arange(m), counts)
+        sub = sp.csr_matrix(
+            sp.diags(np.sqrt(self.PHI_CURV / counts[local])) @ self._A64[rows], dtype=np.float64
+        )
+        cols = sub.indices.astype(np.int64) + d * np.repeat(local, np.diff(sub.indptr))
+        B = sp.csr_matrix((sub.data, cols, sub.indptr), shape=(rows.size, m * d))
+        G = (B.T @ B).tocoo()
+        out = np.zeros((m, d, d))
+        out[G.row // d, G.row % d, G.col % d] = G.data
+        out[:, np.arange(d), np.arange(d)] += self.REG_CURV * self.lam
+        return torch.from_numpy(out)
 
     def sample_smoothness(self) -> float:
         """Mean-square per-sample smoothness ``calL = sqrt(mean_i calL_i^2)`` with

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from typing import Any, ClassVar
 
+import numpy as np
 import torch
 
 from problems.base import Batch, Problem
@@ -32,7 +33,11 @@ QUAD_KNOBS: dict[str, tuple[Any, str]] = {
     "L_pm": (0.1, "random: Hessian variance (0 when n = 1)"),
     "s": (0.1, "tridiagonal: noise scale of the Hessians and linear terms"),
     "grad_noise": (0.0, "std of the additive noise of one stochastic sample"),
-}
+    "server_zeta2": (0.1, "the server's own objective f_S = f + <s, x>, ||s||^2 = server_zeta2: "
+                     "exactly ||grad f_S - grad f||^2 (CAFe-S)"),
+}  # fmt: skip
+# Stream tag of the direction of the server's shift ``s`` (``server_zeta2``).
+_SERVER_TAG = 0x5E5D
 
 
 def check_shape(family: str, n: Any, dim: Any, other: dict) -> int:
@@ -82,6 +87,7 @@ class Quadratic(Problem):
         seed: int,
         x0: str,
         family: str = "random",
+        server_zeta2: float = 0.1,
         **knobs: Any,
     ) -> Quadratic:
         """Build the ``family`` quadratic (``lam`` is ``mu = lambda_min`` of the mean Hessian)."""
@@ -95,9 +101,34 @@ class Quadratic(Problem):
         families = {"random": RandomQuadratic, "tridiagonal": TridiagonalQuadratic}
         if family not in families:
             raise ValueError(f"quadratic: unknown family {family!r}; allowed: random, tridiagonal")
-        return families[family](
+        problem = families[family](
             nodes, lam=lam, dtype=dtype, device=device, seed=seed, x0=x0, **knobs
         )
+        problem.set_server(server_zeta2, seed)
+        return problem
+
+    # ------------------------------------------------------------------ the server's data
+    server_data_hint = "give it an objective with set_server(server_zeta2)"
+    #: ``||grad f_S - grad f||^2``, the same at every ``x`` (None until :meth:`set_server`).
+    server_zeta2: float | None = None
+
+    def set_server(self, server_zeta2: float, seed: int = 0) -> None:
+        """Give the server the objective ``f_S(x) = f(x) + <s, x>`` (a synthetic quadratic has
+        no samples to hold out): ``s`` has a direction drawn from a stream keyed by ``seed``
+        and ``||s||^2 = server_zeta2``, so ``||grad f_S(x) - grad f(x)||^2 = server_zeta2``
+        exactly at every ``x``; 0 gives the server ``f`` itself."""
+        z = check_positive(self.name, "server_zeta2", server_zeta2, allow_zero=True)
+        u = np.random.default_rng([seed, _SERVER_TAG]).standard_normal(self.d)
+        s = u * math.sqrt(z) / np.linalg.norm(u)
+        self._server_shift = torch.from_numpy(s).to(self.device, self.dtype)
+        self.server_zeta2 = z
+
+    @property
+    def has_server_data(self) -> bool:
+        return self.server_zeta2 is not None
+
+    def _server_grad(self, x: torch.Tensor) -> torch.Tensor:
+        return self._full_grad(x) + self._server_shift
 
     def _init_noise(self, grad_noise: float) -> None:
         self.grad_noise = check_positive(self.name, "grad_noise", grad_noise, allow_zero=True)
@@ -107,6 +138,13 @@ class Quadratic(Problem):
 
     def _hess_rows(self, X: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
+
+    # Exact Hessians: ``grad^2 f_i = Q_i`` at every point, the families' (exact) smoothness
+    # matrices.
+    hessians = True
+
+    def _hess(self, X: torch.Tensor) -> torch.Tensor:
+        return self.smoothness_matrices().to(self.device, self.dtype)
 
     def _hess_mean(self, x: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError

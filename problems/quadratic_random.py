@@ -102,6 +102,11 @@ class RandomQuadratic(Quadratic):
         super()._select()
         self._Q_held = self._Q[self.nodes]
 
+    def smoothness_matrices(self) -> torch.Tensor:
+        """``L_i = Q_i`` (exact: ``f_i`` is quadratic), float64 ``(m, d, d)``; indefinite when
+        ``L_pm > 0`` makes ``Q_i`` so."""
+        return torch.from_numpy(self._Q64[self.nodes.cpu().numpy()].copy())
+
     def _hess_rows(self, X: torch.Tensor) -> torch.Tensor:
         return torch.bmm(self._Q_held, X[:, :, None])[:, :, 0]
 

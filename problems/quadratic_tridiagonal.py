@@ -115,6 +115,18 @@ class TridiagonalQuadratic(Quadratic):
         G[:, 0] -= self._q0_held
         return G
 
+    def smoothness_matrices(self) -> torch.Tensor:
+        """``L_i = A_i = a_i T + sigma I`` (exact), float64 ``(m, d, d)``."""
+        m, d = self.m, self.d
+        if m * d * d > 2**28:
+            raise ValueError(
+                f"quadratic: the smoothness matrices of {m} nodes would hold m d^2 = "
+                f"{m * d * d} entries (> {2**28}); hold fewer nodes or use a smaller dim"
+            )
+        T = _stencil(torch.eye(d, dtype=torch.float64))
+        a = torch.from_numpy(self._a64[self.nodes.cpu().numpy()])
+        return a[:, None, None] * T + self._sigma * torch.eye(d, dtype=torch.float64)
+
     def _hess_rows(self, X: torch.Tensor) -> torch.Tensor:
         return self._a_held[:, None] * _stencil(X) + self._sigma * X
 

@@ -166,6 +166,13 @@ class Comm:
         nbits = torch.where(pick, second.nbits, first.nbits) + CHOICE_FLAG_BITS
         return self.reduce_rows(rows, nbits.to(torch.int64))
 
+    def gather_rows(self, rows: torch.Tensor, nbits: torch.Tensor) -> torch.Tensor:
+        """Every node's row, ``(n, d)`` in node order, as the server holds it: robust
+        aggregation (coordinate median, Krum, ...) needs each message, not their mean. ``rows``
+        are what the server rebuilds from each held node's message and ``nbits_i`` that
+        message's bits, charged uplink as :meth:`reduce_rows` does."""
+        raise NotImplementedError
+
     def _charge_up(self, nbits: torch.Tensor, weight: torch.Tensor | None) -> None:
         """Charge ``nbits_i`` uplink to each held row that sends (``w_i != 0``)."""
         if weight is None:

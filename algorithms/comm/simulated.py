@@ -25,6 +25,12 @@ class SimulatedComm(Comm):
                 return rows.mean(dim=0)
             return weight.to(rows.device, rows.dtype) @ rows
 
+    def gather_rows(self, rows: torch.Tensor, nbits: torch.Tensor) -> torch.Tensor:
+        if rows.shape[0] != self.m:
+            raise ValueError(f"expected {self.m} rows (one per node), got {rows.shape[0]}")
+        self._charge_up(nbits, None)
+        return rows
+
     def monitor_mean(self, v_i: torch.Tensor) -> float:
         return float(v_i.double().mean())
 

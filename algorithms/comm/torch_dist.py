@@ -133,7 +133,7 @@ class TorchDistComm(Comm):
             sizes = nbytes.expand(self.n)
             weights = None
         else:
-            head = torch.stack([nbytes[0].double() * sending, torch.tensor(w).double()])
+            head = torch.stack([nbytes[0].double() * sending, torch.tensor(w, dtype=torch.float64)])
             heads = self._all_gather(head.to(self.device), overhead=True)
             sizes, weights = heads[:, 0].long(), heads[:, 1]
             width = int(sizes.max())
@@ -190,6 +190,24 @@ class TorchDistComm(Comm):
         if w != 0.0:
             self.ledger.charge_up(nbits)
         return self._all_reduce((rows[0] * w).contiguous(), counted=w != 0.0)
+
+    def gather_rows(self, rows: torch.Tensor, nbits: torch.Tensor) -> torch.Tensor:
+        """Every node's row in node order: one all-gather of each rank's block of decoded rows
+        (padded to the largest block), ``d`` values per node on the wire; the ledger charges
+        each node its message's documented bits, as in simulation."""
+        if rows.shape[0] != self.m:
+            raise ValueError(f"rank {self.rank} holds {self.m} nodes, got {rows.shape[0]} rows")
+        self._charge_up(nbits, None)
+        width = -(-self.n // self.world)
+        buf = torch.zeros(width, rows.shape[1], dtype=rows.dtype, device=self.device)
+        buf[: self.m] = rows.to(self.device)
+        parts = [torch.empty_like(buf) for _ in range(self.world)]
+        with section("communicate"):
+            self._dist.all_gather(parts, buf)
+        self._wire(rows)
+        sizes = [block(self.n, self.world, r).numel() for r in range(self.world)]
+        out = torch.cat([p[:k] for p, k in zip(parts, sizes, strict=True)])
+        return out.to(rows.device)
 
     def barrier(self) -> None:
         self._dist.barrier()

@@ -7,6 +7,7 @@ One module per family: ``basic`` (DCGD), ``ef`` (EF14, EF21, 3PC, EF-BV), ``ef21
 (EF21-HB, -BC, -SGD, -PP), ``vr`` (DIANA, MARINA, DASHA, COMP-AMS).
 """
 
+from algorithms.stepsizes.absolute import ec_lsvrg, ec_sgd
 from algorithms.stepsizes.basic import dcgd, dcgd_nonconvex
 from algorithms.stepsizes.ef import (
     ef21,
@@ -79,3 +80,4 @@ __all__ += ["ab_constants", "comp_ams", "dasha", "dasha_code", "dasha_derived", 
 __all__ += ["dasha_mvr", "dasha_page", "dasha_sync_mvr", "diana", "diana_alpha"]
 __all__ += ["diana_nonconvex", "marina", "marina_ab", "marina_ab_pl", "marina_pl", "pp_marina"]
 __all__ += ["vr_marina"]
+__all__ += ["ec_lsvrg", "ec_sgd"]

@@ -13,7 +13,7 @@ import time
 import pytest
 import torch
 
-from algorithms.registry import ALGORITHMS
+from algorithms.registry import ALGORITHMS, usual_compressor
 from algorithms.run import TIME_COLUMNS, run
 
 BASE = ["--problem", "quadratic", "--nodes", "4", "--seed", "5", "--log-every", "1", "--quiet",
@@ -26,7 +26,7 @@ def rows(path) -> list[dict]:
 
 
 def compressor_for(name: str) -> str:
-    return "topk:k=3" if ALGORITHMS[name].needs == "contractive" else "randk:k=3"
+    return usual_compressor(name, 3)
 
 
 @pytest.mark.parametrize("name", sorted(ALGORITHMS))

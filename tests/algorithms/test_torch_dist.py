@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from algorithms.registry import ALGORITHMS
+from algorithms.registry import ALGORITHMS, usual_compressor
 from algorithms.run import run
 
 TORCHRUN = shutil.which("torchrun") or os.path.join(os.path.dirname(sys.executable), "torchrun")
@@ -67,7 +67,7 @@ def test_gloo_two_processes_match_the_simulation(tmp_path, argv):
 def method_argv(name: str) -> list[str]:
     """A run of ``name`` with a compressor of the class its theory assumes (randomized ones
     for the unbiased methods, so the per-node streams are exercised)."""
-    compressor = "topk:k=2" if ALGORITHMS[name].needs == "contractive" else "randk:k=3"
+    compressor = usual_compressor(name, 2 if ALGORITHMS[name].needs == "contractive" else 3)
     return [name, "--compressor", compressor, "--step", "0.05"]
 
 

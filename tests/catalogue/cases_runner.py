@@ -136,6 +136,19 @@ CASES: list[Case] = [
         message=r"nope",
     ),  # fmt: skip
     opt("run-no-algorithm", [], r"give an ALGORITHM \(see --list\)", argv=["--iters", "3"]),
+    # compressor classes the methods' theories assume
+    opt(
+        "run-absolute-needs-absolute",
+        [],
+        r"needs an absolute compressor.*got randk.*threshold",
+        argv=["ec-sgd", "--compressor", "randk", "--iters", "3", "--quiet"],
+    ),
+    opt(
+        "run-mask-method-takes-no-compressor",
+        [],
+        r"takes no compressor, got topk.*identity",
+        argv=["compressed-scaffnew", "--compressor", "topk", "--iters", "3", "--quiet"],
+    ),
     opt("run-unknown-algorithm", [], r"unknown algorithm.*'nosuch'", argv=["nosuch"]),
     # the wire width of a float
     opt("run-float-bits-7", ["--float-bits", "7"], r"--float-bits must be 16, 32 or 64.*got 7"),
