@@ -15,6 +15,7 @@ from algorithms.bidirectional_common import (
     INITS,
     PARTICIPATION_OPTION,
     TAG_ARTEMIS_DOWN,
+    artemis_theory,
     bind_down,
     initial_memory,
     participation_mask,
@@ -22,7 +23,7 @@ from algorithms.bidirectional_common import (
 )
 from algorithms.comm.base import Comm
 from algorithms.stepsizes import bidirectional as steps
-from algorithms.vr_common import effective_omega, need, need_unbiased
+from algorithms.vr_common import effective_omega
 from compressors import Compressor
 
 SOURCE = (
@@ -105,19 +106,7 @@ class Artemis(Algorithm):
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:
-        n, d = problem.n, problem.d
-        w_up = need_unbiased(cls.__name__, compressor, d)
-        w_dn = need_unbiased(f"{cls.__name__} (downlink)", opts["down_compressor"], d)
-        p = float(opts.get("participation") or 1.0)
-        k = need(problem, "L_max")
-        return Theory(
-            gamma=steps.artemis(k["L_max"], w_up, w_dn, n, p),
-            formula="1 / (2 L_max (1 + omega_dwn) (1 + 4 omega_p / n)), "
-            "omega_p = (1 + omega_up)/p - 1",
-            inputs={**k, "omega_up": w_up, "omega_dwn": w_dn, "n": n, "p": p},
-            params={"alpha": steps.memory_rate(w_up)},
-            source=SOURCE,
-        )
+        return artemis_theory(cls.__name__, problem, compressor, opts, SOURCE)
 
     def _alpha(self, d: int) -> float:
         if self.alpha is not None:

@@ -13,8 +13,10 @@ from typing import Any
 
 import torch
 
-from algorithms.base import Option, check_compressor
+from algorithms.base import Option, Theory, check_compressor
 from algorithms.comm.base import Comm
+from algorithms.stepsizes import bidirectional as steps
+from algorithms.vr_common import need, need_unbiased
 from compressors import Compressor, parse_spec
 
 # Stream tags of these methods (grep-unique in algorithms/).
@@ -124,3 +126,22 @@ def initial_memory(init: str, problem, x0: torch.Tensor, comm: Comm):
         return grad_i, comm.reduce_full(grad_i)
     h_i = torch.zeros(problem.m, problem.d, dtype=problem.dtype, device=problem.device)
     return h_i, torch.zeros_like(h_i[0])
+
+
+def artemis_theory(name: str, problem, compressor, opts, source: str, note: str = "") -> Theory:
+    """Artemis's step (:func:`algorithms.stepsizes.bidirectional.artemis`) and its memory rate,
+    shared by Artemis and MCM (which also takes it, as a conservative stand-in, and adds its
+    downlink memory rate)."""
+    n, d = problem.n, problem.d
+    w_up = need_unbiased(name, compressor, d)
+    w_dn = need_unbiased(f"{name} (downlink)", opts["down_compressor"], d)
+    p = float(opts.get("participation") or 1.0)
+    k = need(problem, "L_max")
+    return Theory(
+        gamma=steps.artemis(k["L_max"], w_up, w_dn, n, p),
+        formula="1 / (2 L_max (1 + omega_dwn) (1 + 4 omega_p / n)), "
+        "omega_p = (1 + omega_up)/p - 1" + note,
+        inputs={**k, "omega_up": w_up, "omega_dwn": w_dn, "n": n, "p": p},
+        params={"alpha": steps.memory_rate(w_up)},
+        source=source,
+    )

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -16,6 +17,7 @@ from algorithms.bidirectional_common import (
     PARTICIPATION_OPTION,
     TAG_MCM_DOWN,
     TAG_MCM_DOWN_I,
+    artemis_theory,
     bind_down,
     down_omega,
     initial_memory,
@@ -24,7 +26,7 @@ from algorithms.bidirectional_common import (
 )
 from algorithms.comm.base import Comm
 from algorithms.stepsizes import bidirectional as steps
-from algorithms.vr_common import effective_omega, need, need_unbiased
+from algorithms.vr_common import effective_omega
 from compressors import Compressor
 
 SOURCE = (
@@ -123,19 +125,11 @@ class MCM(Algorithm):
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:
-        n, d = problem.n, problem.d
-        w_up = need_unbiased(cls.__name__, compressor, d)
-        w_dn = need_unbiased(f"{cls.__name__} (downlink)", opts["down_compressor"], d)
-        p = float(opts.get("participation") or 1.0)
-        k = need(problem, "L_max")
-        return Theory(
-            gamma=steps.artemis(k["L_max"], w_up, w_dn, n, p),
-            formula="1 / (2 L_max (1 + omega_dwn) (1 + 4 omega_p / n)), "
-            "omega_p = (1 + omega_up)/p - 1 (Artemis's, conservative)",
-            inputs={**k, "omega_up": w_up, "omega_dwn": w_dn, "n": n, "p": p},
-            params={"alpha": steps.memory_rate(w_up), "alpha_down": steps.memory_rate(w_dn)},
-            source=SOURCE,
+        th = artemis_theory(
+            cls.__name__, problem, compressor, opts, SOURCE, " (Artemis's, conservative)"
         )
+        w_dn = th.inputs["omega_dwn"]
+        return dataclasses.replace(th, params={**th.params, "alpha_down": steps.memory_rate(w_dn)})
 
     def _rates(self, d: int) -> tuple[float, float]:
         a_up = self.alpha
