@@ -269,6 +269,30 @@ def test_heatmap_needs_an_off_baseline_cell_below_both_baselines(inner, holds):
     assert ("holds" if holds else "FAILS") in text
 
 
+def test_heatmap_figure_draws_every_cell_and_marks_the_never_reached(tmp_path):
+    grid = {("topk:k=1", 0.0): 8.0, ("topk:k=1", 4.0): math.inf,
+            ("identity", 0.0): 20.0, ("identity", 4.0): 9.0}  # fmt: skip
+    cells = [{"compressor": c, "zeta": z, "bits_to_tol": b} for (c, z), b in grid.items()]
+    verdict = {"rows": "compressor", "cols": "zeta", "metric": "g", "tol": 1.0,
+               "settings": [{"setting": {}, "holds": False, "cells": cells}]}  # fmt: skip
+    import matplotlib.figure
+
+    drawn = []
+    real = matplotlib.figure.Figure.savefig
+
+    def keep(fig, path, *a, **kw):
+        drawn.append([t.get_text() for ax in fig.axes for t in ax.texts])
+        return real(fig, path, *a, **kw)
+
+    matplotlib.figure.Figure.savefig = keep
+    try:
+        rp.heatmap_figure(verdict, tmp_path / "heatmap", "t")
+    finally:
+        matplotlib.figure.Figure.savefig = real
+    assert (tmp_path / "heatmap.png").stat().st_size > 0 and (tmp_path / "heatmap.pdf").exists()
+    assert sorted(drawn[0]) == sorted(["8", "never", "20", "9"])
+
+
 def test_results_record_keeps_one_entry_per_data_set():
     v1 = {"dataset": "libsvm:/x/mushrooms.txt", "holds": True, "settings": []}
     v2 = {"dataset": "libsvm:/x/phishing.txt", "holds": False, "settings": []}
