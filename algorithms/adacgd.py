@@ -76,8 +76,10 @@ class AdaCGDState(State):
 
 @dataclass(frozen=True)
 class AdaCGD(Algorithm):
-    """AdaCGD (Makarenko, Gasanov, Islamov, Sadiev & Richtárik 2022, arXiv 2211.00188): 3PC
-    with an adaptive choice among several compression levels.
+    """AdaCGD: 3PC with an adaptive choice among compression levels (arXiv 2211.00188).
+
+    Makarenko, Gasanov, Islamov, Sadiev & Richtárik 2022: 3PC with an adaptive choice among
+    several compression levels.
 
     Update (3PC, arXiv 2202.00998, Algorithm 1, with the adaptive mechanism ``C^AC``):
     ``x^{t+1} = x^t - gamma g^t``; node ``i`` with ``h = g_i^t``, ``y = grad f_i(x^t)``,

@@ -56,8 +56,11 @@ def predicted_round(C, target_i: torch.Tensor, p: torch.Tensor, comm: Comm, t: i
 
 @dataclass(frozen=True)
 class CAFe(Algorithm):
-    """CAFe, compressed aggregate feedback (Ortega, Huang, Li & Jafarkhani, arXiv 2412.04538;
-    presented again, with CAFe-S, in arXiv 2512.22623), on distributed gradient descent.
+    """CAFe: compression against the previous aggregate, stateless nodes (arXiv 2412.04538).
+
+    Ortega, Huang, Li & Jafarkhani, "Communication Compression for Distributed Learning without
+    Control Variates", arXiv 2412.04538 (presented again, with CAFe-S, in arXiv 2512.22623), on
+    distributed gradient descent.
 
     Update: the server broadcasts ``x^t`` and the previous aggregate ``g^{t-1}``; node ``i``
     sends ``c_i = C(grad f_i(x^t) - g^{t-1})`` and keeps nothing; the server sets
@@ -110,8 +113,10 @@ class CAFe(Algorithm):
 
 @dataclass(frozen=True)
 class CAFeS(Algorithm):
-    """CAFe-S, server-guided compressed aggregate feedback (Ortega, Huang, Li & Jafarkhani,
-    arXiv 2512.22623), on distributed gradient descent.
+    """CAFe-S: compression against a gradient of the server's own data (arXiv 2512.22623).
+
+    Server-guided compressed aggregate feedback (Ortega, Huang, Li & Jafarkhani, arXiv
+    2512.22623), on distributed gradient descent.
 
     Update: the server, which holds a small data set of its own (the problem's
     ``server_grad``: e.g. ``--problem-opt server_rows=K`` for the GLMs, ``server_zeta2`` for

@@ -48,7 +48,9 @@ def ownership(columns: torch.Tensor, n: int, s: int, d: int) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class CompressedScaffnew(Algorithm):
-    """CompressedScaffnew (Condat, Agarský & Richtárik, arXiv 2210.13277).
+    """CompressedScaffnew: local training, compression by a shared mask (arXiv 2210.13277).
+
+    Condat, Agarský & Richtárik, arXiv 2210.13277.
 
     The paper's algorithm box, its line numbers and its theorem could not be read here (see
     below for what the update rests on).

@@ -84,8 +84,10 @@ INDEFINITE_NOTE = (
 
 @dataclass(frozen=True)
 class DCGDPlus(Algorithm):
-    """DCGD+ (Safaryan, Hanzely & Richtárik 2021, arXiv 2106.03524): DCGD whose nodes sparsify
-    with probabilities built from their smoothness matrices ``L_i``.
+    """DCGD+: sparsification from each node's smoothness matrix (arXiv 2106.03524).
+
+    Safaryan, Hanzely & Richtárik 2021: DCGD whose nodes sparsify with probabilities built from
+    their smoothness matrices ``L_i``.
 
     Update: node ``i`` keeps coordinate ``j`` of ``grad f_i(x^k)`` with probability ``p_ij``
     (independently, from its own stream) and sends the kept ``grad_j / p_ij``

@@ -31,8 +31,10 @@ class DIANAPlusState(State):
 
 @dataclass(frozen=True)
 class DIANAPlus(Algorithm):
-    """DIANA+ (Safaryan, Hanzely & Richtárik 2021, arXiv 2106.03524): DIANA whose nodes
-    sparsify the gradient differences with probabilities built from their ``L_i``.
+    """DIANA+: DIANA with sparsification from the smoothness matrices (arXiv 2106.03524).
+
+    Safaryan, Hanzely & Richtárik 2021: DIANA whose nodes sparsify the gradient differences with
+    probabilities built from their ``L_i``.
 
     Update (DIANA, arXiv 1901.09269, Alg. 1, with the sparsifier of
     :mod:`algorithms.smoothness_aware`): node ``i`` forms ``Delta_i = grad f_i(x^k) - h_i^k``,

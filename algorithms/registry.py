@@ -37,6 +37,7 @@ from algorithms.gmc import GMC
 from algorithms.liec_sgd import LIECSGD
 from algorithms.marina import MARINA
 from algorithms.mcm import MCM
+from algorithms.neolithic import NEOLITHIC
 from algorithms.newton_3pc import Newton3PC
 from algorithms.pp_marina import PPMARINA
 from algorithms.rosdhb import RoSDHB
@@ -85,6 +86,7 @@ ALGORITHMS: dict[str, type[Algorithm]] = {
     "compressed-scaffnew": CompressedScaffnew,
     "fednl": FedNL,
     "newton-3pc": Newton3PC,
+    "neolithic": NEOLITHIC,
 }
 # Installed packages' classes under the entry-point group 'compzoo.algorithms', added on first use
 # (streams.plugins).

@@ -20,6 +20,7 @@ def all_checks() -> list[Check]:
         local_training,
         matrix_smoothness,
         momentum_ec,
+        neolithic,
         newton,
         scaling,
         stepsize_table,
@@ -38,6 +39,7 @@ def all_checks() -> list[Check]:
     modules += (adacgd,)
     modules += (local_training,)
     modules += (newton,)
+    modules += (neolithic,)
     checks = [c for m in modules for c in m.CHECKS]
     names = [c.name for c in checks]
     dup = {n for n in names if names.count(n) > 1}
