@@ -8,13 +8,13 @@ import math
 
 import pytest
 import torch
+from runs import torch_dist_helpers, trajectory
 
 from algorithms.adacgd import AdaCGD, adaptive, level_flag_bits, parse_levels
 from algorithms.comm import SimulatedComm
 from algorithms.ef21 import EF21
 from algorithms.stepsizes import three_pc_AB
 from compressors import parse_spec
-from runs import torch_dist_helpers, trajectory
 
 FINEST, LEVELS = "topk:k=3", "topk:k=1|topk:k=2"
 

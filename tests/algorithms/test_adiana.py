@@ -10,6 +10,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+from runs import torch_dist_helpers, trajectory
 
 from algorithms.adiana import ADIANA, TAG_AT_W, TAG_AT_X
 from algorithms.comm import SimulatedComm
@@ -17,7 +18,6 @@ from algorithms.registry import ALGORITHMS
 from algorithms.run import run
 from algorithms.stepsizes.accelerated import adiana_eta, adiana_momentum, adiana_p
 from compressors import parse_spec
-from runs import torch_dist_helpers, trajectory
 
 # The problems (quad, nonconvex, ridge) are the shared fixtures of tests/algorithms/conftest.py.
 

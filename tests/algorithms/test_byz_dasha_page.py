@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+from runs import torch_dist_helpers
 
 from algorithms.byz_dasha_page import TAG_BDP_BATCH, TAG_BDP_COIN, ByzDASHAPAGE
 from algorithms.comm import SimulatedComm
@@ -14,7 +15,6 @@ from algorithms.robust.attacks import alie_z
 from algorithms.robust.options import TAG_BUCKET
 from compressors import parse_spec
 from problems.registry import make_problem
-from runs import torch_dist_helpers
 
 RANDK = "randk:k=2"
 

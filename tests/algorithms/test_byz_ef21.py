@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from runs import torch_dist_helpers
 
 from algorithms.byz_ef21 import ByzEF21
 from algorithms.comm import SimulatedComm
@@ -13,7 +14,6 @@ from algorithms.ef21 import EF21
 from algorithms.robust.options import TAG_BUCKET
 from compressors import parse_spec
 from problems.registry import make_problem
-from runs import torch_dist_helpers
 
 TOPK = "topk:k=2"
 

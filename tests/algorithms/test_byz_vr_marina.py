@@ -8,6 +8,7 @@ import csv
 
 import pytest
 import torch
+from runs import torch_dist_helpers
 
 from algorithms.byz_vr_marina import TAG_BYZ_BATCH, TAG_BYZ_COIN, ByzVRMARINA
 from algorithms.comm import SimulatedComm
@@ -15,7 +16,6 @@ from algorithms.robust.options import TAG_BUCKET
 from algorithms.run import run
 from compressors import parse_spec
 from problems.registry import make_problem
-from runs import torch_dist_helpers
 
 
 @pytest.fixture(scope="module")

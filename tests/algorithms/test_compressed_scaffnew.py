@@ -10,13 +10,13 @@ from dataclasses import replace
 
 import pytest
 import torch
+from runs import torch_dist_helpers, trajectory
 
 from algorithms.comm import SimulatedComm
 from algorithms.compressed_scaffnew import CompressedScaffnew, ownership
 from algorithms.registry import ALGORITHMS
 from algorithms.run import run
 from compressors import parse_spec
-from runs import torch_dist_helpers, trajectory
 
 IDENTITY = parse_spec("identity")
 

@@ -8,13 +8,13 @@ import math
 
 import pytest
 import torch
+from runs import gd, torch_dist_helpers, trajectory
 
 from algorithms import smoothness_aware as sa
 from algorithms.comm import SimulatedComm
 from algorithms.dcgd import DCGD
 from algorithms.dcgd_plus import DCGDPlus
 from compressors import parse_spec
-from runs import gd, torch_dist_helpers, trajectory
 from theory_checks.matrix_smoothness import scaled_least_squares
 
 SPEC = "randk:k=2"

@@ -8,6 +8,7 @@ import math
 
 import pytest
 import torch
+from runs import gd, torch_dist_helpers, trajectory
 
 from algorithms import smoothness_aware as sa
 from algorithms.comm import SimulatedComm
@@ -15,7 +16,6 @@ from algorithms.diana import DIANA
 from algorithms.diana_plus import DIANAPlus
 from compressors import parse_spec
 from problems.least_squares import LeastSquares
-from runs import gd, torch_dist_helpers, trajectory
 from streams import Streams
 from theory_checks.matrix_smoothness import scaled_least_squares
 

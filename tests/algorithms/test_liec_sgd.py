@@ -10,13 +10,13 @@ import math
 
 import pytest
 import torch
+from runs import gd, torch_dist_helpers, trajectory
 
 from algorithms.comm import SimulatedComm
 from algorithms.liec_sgd import LIECSGD, LIECSGDState
 from algorithms.registry import ALGORITHMS
 from algorithms.run import run
 from compressors import parse_spec
-from runs import gd, torch_dist_helpers, trajectory
 
 TOPK = "topk:k=2"
 

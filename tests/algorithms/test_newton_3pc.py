@@ -10,6 +10,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from runs import torch_dist_helpers
 
 from algorithms.comm import SimulatedComm
 from algorithms.fednl import smat, tri_size
@@ -18,7 +19,6 @@ from algorithms.registry import ALGORITHMS
 from algorithms.run import run
 from compressors import parse_spec
 from problems.registry import make_problem
-from runs import torch_dist_helpers
 
 
 @pytest.fixture(scope="module")

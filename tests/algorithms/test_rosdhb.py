@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from runs import torch_dist_helpers
 
 from algorithms.comm import SimulatedComm
 from algorithms.robust.options import TAG_BUCKET
@@ -12,7 +13,6 @@ from algorithms.rosdhb import RoSDHB
 from algorithms.run import run
 from compressors import parse_spec
 from problems.registry import make_problem
-from runs import torch_dist_helpers
 
 SHARED = "randk:k=2,shared=true"
 
