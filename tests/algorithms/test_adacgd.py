@@ -86,8 +86,8 @@ def test_bad_input_is_refused(quad, opts, spec, match):
         AdaCGD.configure(quad, parse_spec(spec), **opts)
 
 
-# The default suite runs one parity test per mechanism (tests/algorithms: adiana, mcm,
-# fednl, ec-sgd, diana-plus, byz-vr-marina, compressed-scaffnew); this one runs under -m dist.
+# The default suite runs one parity test per mechanism (adiana, mcm, fednl, byz-vr-marina,
+# compressed-scaffnew); this one runs under -m dist.
 @pytest.mark.dist
 def test_gloo_two_processes_match_the_simulation(tmp_path):
     argv = ["adacgd", "--compressor", FINEST, "--levels", LEVELS]

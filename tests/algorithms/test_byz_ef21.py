@@ -87,8 +87,8 @@ def test_bad_options_are_rejected(logreg):
         make(logreg, aggregator="trimmed")
 
 
-# The default suite runs one parity test per mechanism (tests/algorithms: adiana, mcm,
-# fednl, ec-sgd, diana-plus, byz-vr-marina, compressed-scaffnew); this one runs under -m dist.
+# The default suite runs one parity test per mechanism (adiana, mcm, fednl, byz-vr-marina,
+# compressed-scaffnew); this one runs under -m dist.
 @pytest.mark.dist
 def test_gloo_sharded_parity(tmp_path):
     argv = ["byz-ef21", "--compressor", TOPK, "--byzantine", "1", "--attack", "bf",

@@ -175,8 +175,8 @@ def test_runner(tmp_path, capsys):
     assert "--problem-opt server_rows=K" in capsys.readouterr().err
 
 
-# The default suite runs one parity test per mechanism (tests/algorithms: adiana, mcm,
-# fednl, ec-sgd, diana-plus, byz-vr-marina, compressed-scaffnew); this one runs under -m dist.
+# The default suite runs one parity test per mechanism (adiana, mcm, fednl, byz-vr-marina,
+# compressed-scaffnew); this one runs under -m dist.
 @pytest.mark.dist
 @pytest.mark.parametrize("name", ["cafe", "cafe-s"])
 def test_gloo_matches_the_simulation(tmp_path, name):

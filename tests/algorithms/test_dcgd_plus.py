@@ -95,8 +95,8 @@ def test_bad_input_is_refused(ls, opts, spec, match):
         algo.init(ls.x0, ls, SimulatedComm(ls.n, seed=0))
 
 
-# The default suite runs one parity test per mechanism (tests/algorithms: adiana, mcm,
-# fednl, ec-sgd, diana-plus, byz-vr-marina, compressed-scaffnew); this one runs under -m dist.
+# The default suite runs one parity test per mechanism (adiana, mcm, fednl, byz-vr-marina,
+# compressed-scaffnew); this one runs under -m dist.
 @pytest.mark.dist
 def test_gloo_two_processes_match_the_simulation(tmp_path):
     torch_dist_helpers().parity(tmp_path, 2, ["dcgd-plus", "--compressor", "randk:k=3"])

@@ -154,6 +154,9 @@ def test_no_theory_step_without_matrices_or_strong_convexity():
         DIANAPlus.theory(p, parse_spec(SPEC), {"sampling": "diag"})
 
 
+# The default suite runs one parity test per mechanism (adiana, mcm, fednl, byz-vr-marina,
+# compressed-scaffnew); this one runs under -m dist.
+@pytest.mark.dist
 def test_gloo_two_processes_match_the_simulation(tmp_path):
     torch_dist_helpers().parity(tmp_path, 2, ["diana-plus", "--compressor", "randk:k=3"])
 

@@ -116,8 +116,8 @@ def test_runner(tmp_path):
     assert {"H", "E"} <= set(header)
 
 
-# The default suite runs one parity test per mechanism (tests/algorithms: adiana, mcm,
-# fednl, ec-sgd, diana-plus, byz-vr-marina, compressed-scaffnew); this one runs under -m dist.
+# The default suite runs one parity test per mechanism (adiana, mcm, fednl, byz-vr-marina,
+# compressed-scaffnew); this one runs under -m dist.
 @pytest.mark.dist
 def test_gloo_matches_the_simulation(tmp_path):
     argv = ["dore", "--compressor", "randk:k=3", "--down-compressor", "qsgd:levels=4"]

@@ -139,8 +139,8 @@ def test_runner(tmp_path):
     assert cfg["algorithm_class"] == "ECLSVRG" and cfg["step"]["gamma_theory"] > 0
 
 
-# The default suite runs one parity test per mechanism (tests/algorithms: adiana, mcm,
-# fednl, ec-sgd, diana-plus, byz-vr-marina, compressed-scaffnew); this one runs under -m dist.
+# The default suite runs one parity test per mechanism (adiana, mcm, fednl, byz-vr-marina,
+# compressed-scaffnew); this one runs under -m dist.
 @pytest.mark.dist
 def test_gloo_matches_the_simulation(tmp_path):
     argv = ["ec-lsvrg", "--compressor", "threshold:lam=0.01", "--p", "0.3"]

@@ -137,8 +137,8 @@ def test_runner(tmp_path):
         assert "E" in fh.readline().strip().split(",")
 
 
-# The default suite runs one parity test per mechanism (tests/algorithms: adiana, mcm,
-# fednl, ec-sgd, diana-plus, byz-vr-marina, compressed-scaffnew); this one runs under -m dist.
+# The default suite runs one parity test per mechanism (adiana, mcm, fednl, byz-vr-marina,
+# compressed-scaffnew); this one runs under -m dist.
 @pytest.mark.dist
 def test_gloo_matches_the_simulation(tmp_path):
     torch_dist_helpers().parity(tmp_path, 2, ["gmc", "--compressor", "topk:k=2"])

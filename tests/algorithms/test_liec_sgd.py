@@ -170,8 +170,8 @@ def test_runner(tmp_path):
     assert "E" in header and "drift" in header
 
 
-# The default suite runs one parity test per mechanism (tests/algorithms: adiana, mcm,
-# fednl, ec-sgd, diana-plus, byz-vr-marina, compressed-scaffnew); this one runs under -m dist.
+# The default suite runs one parity test per mechanism (adiana, mcm, fednl, byz-vr-marina,
+# compressed-scaffnew); this one runs under -m dist.
 @pytest.mark.dist
 def test_gloo_matches_the_simulation(tmp_path):
     argv = ["liec-sgd", "--compressor", "topk:k=2", "--period", "7"]

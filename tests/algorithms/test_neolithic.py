@@ -190,6 +190,9 @@ def test_runner(tmp_path):
         assert "E" in fh.readline().strip().split(",")
 
 
+# The default suite runs one parity test per mechanism (adiana, mcm, fednl, byz-vr-marina,
+# compressed-scaffnew); this one runs under -m dist.
+@pytest.mark.dist
 def test_gloo_matches_the_simulation(tmp_path):
     argv = ["neolithic", "--compressor", "scaled:randk:k=3", "--rounds", "3", "--batch-size", "2"]
     torch_dist_helpers().parity(tmp_path, 2, argv)

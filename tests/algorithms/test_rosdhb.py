@@ -69,8 +69,8 @@ def test_runner_cli(tmp_path):
     assert run([*argv[:-1], str(tmp_path / "s"), "--step", "theory"]) == 2
 
 
-# The default suite runs one parity test per mechanism (tests/algorithms: adiana, mcm,
-# fednl, ec-sgd, diana-plus, byz-vr-marina, compressed-scaffnew); this one runs under -m dist.
+# The default suite runs one parity test per mechanism (adiana, mcm, fednl, byz-vr-marina,
+# compressed-scaffnew); this one runs under -m dist.
 @pytest.mark.dist
 def test_gloo_sharded_parity(tmp_path):
     argv = ["rosdhb", "--compressor", "randk:k=3,shared=true", "--byzantine", "1", "--attack",
