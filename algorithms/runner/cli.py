@@ -21,13 +21,32 @@ from compressors import COMPRESSORS
 
 
 def method_options() -> dict[str, tuple[str, Any]]:
-    """Every method option by its flag: ``flag -> (field, Option)`` (union over methods)."""
+    """Every method option by its flag: ``flag -> (field, Option)`` (union over methods).
+
+    Methods may share a flag (``--init``, ``--mechanism``) with different allowed values: the
+    flag accepts the union of their choices, and each method refuses the values it does not
+    take when it is built (its ``__post_init__``: exit 2 naming what it allows). A flag shared
+    with another field name or type is a registry error."""
     out: dict[str, tuple[str, Any]] = {}
-    for cls in ALGORITHMS.values():
+    for key, cls in ALGORITHMS.items():
         for name, opt in cls.options.items():
             if name == "down_compressor":  # has its own --down-compressor SPEC flag
                 continue
-            out.setdefault(opt.flag or name, (name, opt))
+            flag = opt.flag or name
+            if flag not in out:
+                out[flag] = (name, opt)
+                continue
+            first_name, first = out[flag]
+            if (first_name, first.type) != (name, opt.type):
+                raise ValueError(
+                    f"--{flag} of {key} is field {name!r} of type {opt.type.__name__}, but "
+                    f"another method's --{flag} is {first_name!r} of {first.type.__name__}"
+                )
+            if first.choices and opt.choices:
+                union = tuple(dict.fromkeys((*first.choices, *opt.choices)))
+                out[flag] = (name, dataclasses.replace(first, choices=union))
+            elif first.choices or opt.choices:  # one of them takes any value
+                out[flag] = (name, dataclasses.replace(first, choices=None))
     return out
 
 

@@ -247,3 +247,15 @@ def test_the_untimed_warm_up_changes_no_logged_number(tmp_path, monkeypatch, arg
         return [[ln.split(",")[i] for i in keep] for ln in lines]
 
     assert strip(tmp_path / "warm") == strip(tmp_path / "cold")  # byte for byte but the clocks
+
+
+def test_a_flag_two_methods_share_takes_each_methods_own_values(tmp_path):
+    """--mechanism (3pc, newton-3pc) and --init (fednl's hessian) list different values per
+    method: each method runs with its own, and the values of another method are refused."""
+    base = ["--problem", "logreg", "--nodes", "3", "--iters", "2", "--quiet"]
+    argv = ["newton-3pc", "--compressor", "topk:k=3", "--mechanism", "cbag", *base]
+    assert run([*argv, "--out", str(tmp_path / "a")]) == 0
+    argv = ["fednl", "--compressor", "topk:k=3", "--init", "hessian", *base]
+    assert run([*argv, "--out", str(tmp_path / "b")]) == 0
+    argv = ["3pc", "--compressor", "topk:k=3", "--mechanism", "cbag", *base]
+    assert run([*argv, "--out", str(tmp_path / "c")]) == 2

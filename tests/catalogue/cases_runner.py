@@ -143,6 +143,19 @@ CASES: list[Case] = [
         r"needs an absolute compressor.*got randk.*threshold",
         argv=["ec-sgd", "--compressor", "randk", "--iters", "3", "--quiet"],
     ),
+    # a flag two methods share takes each method's own values, and only those
+    opt(
+        "run-shared-flag-other-methods-value",
+        [],
+        r"mechanism must be one of ef21, lag, clag.*got 'cbag'",
+        argv=["3pc", "--compressor", "topk", "--mechanism", "cbag", "--iters", "3", "--quiet"],
+    ),
+    opt(
+        "run-shared-flag-init-hessian-not-ef21",
+        [],
+        r"init must be one of .*got 'hessian'",
+        argv=["ef21", "--compressor", "topk", "--init", "hessian", "--iters", "3", "--quiet"],
+    ),
     opt(
         "run-mask-method-takes-no-compressor",
         [],
