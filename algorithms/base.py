@@ -124,6 +124,31 @@ def check_compressor(name: str, needs: str, c: Compressor, d: int, force: bool) 
         c.omega(d)
 
 
+def bind_down_compressor(
+    name: str,
+    needs: str,
+    problem,
+    compressor: Compressor,
+    opts: dict[str, Any],
+    force: bool,
+    same_as_up: bool = False,
+) -> dict[str, Any]:
+    """``opts`` with its ``down_compressor`` bound for the server's one row and checked against
+    the class ``needs`` (unless ``force``), for bidirectional methods' ``configure``. Without
+    one: the uplink's spec when ``same_as_up`` (methods whose papers compress both directions
+    with one operator), else left absent (the method's default, e.g. the identity)."""
+    down = opts.get("down_compressor")
+    if down is None and same_as_up:
+        from compressors import parse_spec
+
+        down = parse_spec(compressor.spec())
+    if down is None:
+        return opts
+    down = down.bind(1)
+    check_compressor(f"{name} (downlink)", needs, down, problem.d, force)
+    return {**opts, "down_compressor": down}
+
+
 @dataclass(frozen=True)
 class Algorithm:
     """Base of every method: hyperparameters only.

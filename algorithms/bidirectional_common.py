@@ -13,11 +13,11 @@ from typing import Any
 
 import torch
 
-from algorithms.base import Option, Theory, check_compressor
+from algorithms.base import Option, Theory, bind_down_compressor
 from algorithms.comm.base import Comm
 from algorithms.stepsizes import bidirectional as steps
 from algorithms.vr_common import need, need_unbiased
-from compressors import Compressor, parse_spec
+from compressors import Compressor
 
 # Stream tags of these methods (grep-unique in algorithms/).
 TAG_DORE_DOWN = 0xD03E
@@ -43,12 +43,7 @@ def bind_down(cls_name: str, problem, compressor: Compressor, opts: dict[str, An
     """``opts`` with ``down_compressor`` bound for the server's one row (``bind(1)``) and checked
     unbiased; when absent, the uplink's compressor (same spec) is used, as DORE, Artemis and MCM
     compress both directions with the same operator in their experiments."""
-    down = opts.get("down_compressor")
-    if down is None:
-        down = parse_spec(compressor.spec())
-    down = down.bind(1)
-    check_compressor(f"{cls_name} (downlink)", "unbiased", down, problem.d, force)
-    return {**opts, "down_compressor": down}
+    return bind_down_compressor(cls_name, "unbiased", problem, compressor, opts, force, True)
 
 
 def down_omega(down: Compressor, d: int) -> float:

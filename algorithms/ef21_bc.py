@@ -8,7 +8,14 @@ from typing import Any, ClassVar
 import torch
 
 from algorithms import stepsizes
-from algorithms.base import Algorithm, Option, State, Theory, check_choice, check_compressor
+from algorithms.base import (
+    Algorithm,
+    Option,
+    State,
+    Theory,
+    bind_down_compressor,
+    check_choice,
+)
 from algorithms.comm.base import Comm
 from algorithms.ef21 import INIT_OPTION, INITS, ef21_update
 from compressors import Compressor
@@ -75,11 +82,7 @@ class EF21BC(Algorithm):
 
     @classmethod
     def configure(cls, problem, compressor, *, force: bool = False, **opts: Any):
-        down = opts.get("down_compressor")
-        if down is not None:
-            down = down.bind(1)
-            check_compressor(f"{cls.__name__} (downlink)", "contractive", down, problem.d, force)
-            opts["down_compressor"] = down
+        opts = bind_down_compressor(cls.__name__, "contractive", problem, compressor, opts, force)
         return super().configure(problem, compressor, force=force, **opts)
 
     @classmethod

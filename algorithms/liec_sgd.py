@@ -7,7 +7,14 @@ from typing import Any, ClassVar
 
 import torch
 
-from algorithms.base import Algorithm, Option, State, Theory, check_compressor, check_count
+from algorithms.base import (
+    Algorithm,
+    Option,
+    State,
+    Theory,
+    bind_down_compressor,
+    check_count,
+)
 from algorithms.comm.base import Comm
 from algorithms.stepsizes.momentum_ec import liec_sgd as liec_step
 from compressors import Compressor, parse_spec
@@ -103,12 +110,9 @@ class LIECSGD(Algorithm):
 
     @classmethod
     def configure(cls, problem, compressor, *, force: bool = False, **opts: Any):
-        down = opts.get("down_compressor")
-        if down is None:
-            down = parse_spec(compressor.spec())
-        down = down.bind(1)
-        check_compressor(f"{cls.__name__} (downlink)", "contractive", down, problem.d, force)
-        opts = {**opts, "down_compressor": down}
+        opts = bind_down_compressor(
+            cls.__name__, "contractive", problem, compressor, opts, force, same_as_up=True
+        )
         return super().configure(problem, compressor, force=force, **opts)
 
     @classmethod

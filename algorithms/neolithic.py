@@ -14,8 +14,8 @@ from algorithms.base import (
     Option,
     State,
     Theory,
+    bind_down_compressor,
     check_choice,
-    check_compressor,
     check_count,
 )
 from algorithms.comm.base import Comm
@@ -138,11 +138,7 @@ class NEOLITHIC(Algorithm):
 
     @classmethod
     def configure(cls, problem, compressor, *, force: bool = False, **opts: Any):
-        down = opts.get("down_compressor")
-        if down is not None:
-            down = down.bind(1)
-            check_compressor(f"{cls.__name__} (downlink)", "contractive", down, problem.d, force)
-            opts["down_compressor"] = down
+        opts = bind_down_compressor(cls.__name__, "contractive", problem, compressor, opts, force)
         return super().configure(problem, compressor, force=force, **opts)
 
     @classmethod
