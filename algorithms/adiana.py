@@ -19,7 +19,11 @@ from algorithms.base import (
 )
 from algorithms.comm.base import Comm
 from algorithms.stepsizes.accelerated import adiana_alpha, adiana_eta, adiana_momentum, adiana_p
-from algorithms.vr_common import ab_kind, effective_omega, need, need_unbiased
+from algorithms.vr_common import (
+    effective_omega,
+    need,
+    need_independent_unbiased,
+)
 
 INITS = ("zero", "full")
 # Stream tags: the two compressed messages of a round and the shared anchor coin.
@@ -130,12 +134,7 @@ class ADIANA(Algorithm):
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:
         n, d = problem.n, problem.d
-        omega = need_unbiased("ADIANA", compressor, d)
-        if ab_kind(compressor) != "independent":
-            raise ValueError(
-                f"ADIANA's theory assumes independent compressors, got {compressor.spec()} "
-                "(shared randomness): give --step FLOAT"
-            )
+        omega = need_independent_unbiased("ADIANA", compressor, d)
         if not problem.convex:
             raise ValueError("ADIANA's theory needs a convex problem: give --step FLOAT and --mu")
         k = need(problem, "L_max", *(() if opts.get("mu") else ("mu",)))

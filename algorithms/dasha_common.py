@@ -21,10 +21,9 @@ from algorithms.base import (
 )
 from algorithms.comm.base import Comm
 from algorithms.vr_common import (
-    ab_kind,
     effective_omega,
     need,
-    need_unbiased,
+    need_independent_unbiased,
     resolved,
     sample_smoothness,
 )
@@ -48,12 +47,7 @@ class DASHAState(State):
 def dasha_inputs(name: str, problem, compressor) -> dict[str, float]:
     """``omega``, ``n`` and ``a = 1/(2 omega + 1)`` for the theory, refusing correlated
     compressors (the analyses need independent ``C_i``: the ``omega/n`` terms)."""
-    omega = need_unbiased(name, compressor, problem.d)
-    if ab_kind(compressor) != "independent":
-        raise ValueError(
-            f"{name}'s theory assumes independent compressors, got {compressor.spec()}: "
-            "give --step FLOAT"
-        )
+    omega = need_independent_unbiased(name, compressor, problem.d)
     return {"omega": omega, "n": problem.n, "a": stepsizes.dasha_momentum(omega)}
 
 

@@ -21,10 +21,9 @@ from algorithms.base import (
 from algorithms.comm.base import Comm
 from algorithms.vr_common import (
     TAG_BATCH,
-    ab_kind,
     effective_omega,
     need,
-    need_unbiased,
+    need_independent_unbiased,
 )
 
 INITS = ("zero", "full")
@@ -88,12 +87,7 @@ class DIANA(Algorithm):
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:
         n, d = problem.n, problem.d
-        omega = need_unbiased("DIANA", compressor, d)
-        if ab_kind(compressor) != "independent":
-            raise ValueError(
-                f"DIANA's theory assumes independent compressors, got {compressor.spec()} "
-                "(shared randomness): give --step FLOAT"
-            )
+        omega = need_independent_unbiased("DIANA", compressor, d)
         alpha = stepsizes.diana_alpha(omega)
         c = problem.consts
         if problem.convex and c.mu is not None:

@@ -15,9 +15,8 @@ from algorithms.vr_common import (
     P_HELP,
     TAG_COIN,
     TAG_NODES,
-    ab_kind,
     need,
-    need_unbiased,
+    need_independent_unbiased,
     resolved,
     support_ratio,
 )
@@ -75,12 +74,7 @@ class PPMARINA(Algorithm):
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:
         n, d = problem.n, problem.d
-        omega = need_unbiased("PP-MARINA", compressor, d)
-        if ab_kind(compressor) != "independent":
-            raise ValueError(
-                f"PP-MARINA's theory assumes independent compressors, got {compressor.spec()}: "
-                "give --step FLOAT"
-            )
+        omega = need_independent_unbiased("PP-MARINA", compressor, d)
         r = participants(opts.get("participation") or 1.0, n)
         p = resolved(opts.get("p"), lambda: cls.default_p(compressor, d, n, r))
         k = need(problem, "L", "L_tilde")

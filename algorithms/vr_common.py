@@ -49,6 +49,18 @@ def need_unbiased(name: str, compressor: Compressor, d: int) -> float:
     return compressor.omega(d)
 
 
+def need_independent_unbiased(name: str, compressor: Compressor, d: int) -> float:
+    """``omega`` of an unbiased compressor whose nodes draw independently (the theory of DIANA,
+    ADIANA, VR-MARINA, PP-MARINA and DASHA assumes it), or a ValueError for the theory step."""
+    omega = need_unbiased(name, compressor, d)
+    if ab_kind(compressor) != "independent":
+        raise ValueError(
+            f"{name}'s theory assumes independent compressors, got {compressor.spec()} "
+            "(shared randomness): give --step FLOAT"
+        )
+    return omega
+
+
 def effective_omega(compressor: Compressor, d: int) -> float:
     """``omega`` of an unbiased compressor; for a contractive one (accepted only with
     ``--force-compressor``) the ``omega`` with ``1/(omega + 1) = delta``, so that the default

@@ -14,10 +14,9 @@ from algorithms.vr_common import (
     P_HELP,
     TAG_BATCH,
     TAG_COIN,
-    ab_kind,
     minibatch_p,
     need,
-    need_unbiased,
+    need_independent_unbiased,
     resolved,
     sample_smoothness,
 )
@@ -74,12 +73,7 @@ class VRMARINA(Algorithm):
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:
         n, d, b = problem.n, problem.d, opts.get("batch_size") or 1
-        omega = need_unbiased("VR-MARINA", compressor, d)
-        if ab_kind(compressor) != "independent":
-            raise ValueError(
-                f"VR-MARINA's theory assumes independent compressors, got {compressor.spec()}: "
-                "give --step FLOAT"
-            )
+        omega = need_independent_unbiased("VR-MARINA", compressor, d)
         p = resolved(opts.get("p"), lambda: minibatch_p(compressor, problem, b))
         k = need(problem, "L", "L_tilde")
         calL = sample_smoothness(problem, "VR-MARINA")
