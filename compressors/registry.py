@@ -16,6 +16,7 @@ from compressors.base import Compressor
 from compressors.bernoulli import Bernoulli
 from compressors.compose import Compose
 from compressors.dithering import QSGD
+from compressors.fosgd import FOSGD
 from compressors.grid_round import GridRound
 from compressors.identity import Identity
 from compressors.natural import Natural
@@ -27,6 +28,7 @@ from compressors.scaled import Scaled
 from compressors.scaled_sign import ScaledSign
 from compressors.sign import Sign
 from compressors.terngrad import TernGrad
+from compressors.threelc import ThreeLC
 from compressors.threshold import Threshold
 from compressors.top_k import TopK
 from streams import plugins
@@ -48,6 +50,8 @@ COMPRESSORS: dict[str, type[Compressor]] = {
     "compose": Compose,
     "threshold": Threshold,
     "round": GridRound,
+    "3lc": ThreeLC,
+    "fo-sgd": FOSGD,
 }
 # Installed packages' classes under the entry-point group 'compzoo.compressors', added on first use
 # (streams.plugins).

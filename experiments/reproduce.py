@@ -129,6 +129,7 @@ class Paper:
     claim: Claim
     quick: bool
     dataset: str | None
+    only: dict[str, list[Any]] | None = None
 
 
 def available() -> list[str]:
@@ -263,7 +264,49 @@ def _claim(raw: Any, name: str, labels: list[str], select: dict) -> Claim:
     )  # fmt: skip
 
 
-def load_paper(name: str, quick: bool = False, dataset: str | None = None) -> Paper:
+def parse_only(text: str) -> tuple[str, list[str]]:
+    """``AXIS=V1,V2`` (``--only``) as the axis and its values, as strings.
+
+    Raises:
+        ValueError: not of the form ``AXIS=V[,V...]``.
+    """
+    axis, sep, vals = text.partition("=")
+    values = [v.strip() for v in vals.split(",") if v.strip()]
+    if not sep or not axis.strip() or not values:
+        raise ValueError(f"--only must be AXIS=V1[,V2...] (e.g. nodes=10), got {text!r}")
+    return axis.strip(), values
+
+
+def _restrict(grid: dict[str, Any], only: dict[str, list[str]], name: str) -> dict[str, list]:
+    """The grid with each axis of ``only`` cut to the listed values (matched on their text)."""
+    kept: dict[str, list] = {}
+    for axis, wanted in only.items():
+        if axis not in grid or not isinstance(grid[axis], list):
+            listed = sorted(k for k, v in grid.items() if isinstance(v, list))
+            raise ValueError(
+                f"{name}: --only {axis}=...: no grid axis {axis!r}; axes: {', '.join(listed)}"
+            )
+        texts = {_axis_text(v): v for v in grid[axis]}
+        missing = [w for w in wanted if w not in texts]
+        if missing:
+            raise ValueError(
+                f"{name}: --only {axis}: value(s) {missing} not in the grid; allowed: "
+                f"{', '.join(texts)}"
+            )
+        grid[axis] = kept[axis] = [texts[w] for w in dict.fromkeys(wanted)]
+    return kept
+
+
+def _axis_text(v: Any) -> str:
+    return ",".join(map(str, v)) if isinstance(v, list) else str(v)
+
+
+def load_paper(
+    name: str,
+    quick: bool = False,
+    dataset: str | None = None,
+    only: dict[str, list[str]] | None = None,
+) -> Paper:
     """Read ``experiments/papers/NAME/config.toml`` into a sweep config and a claim.
 
     Args:
@@ -271,6 +314,8 @@ def load_paper(name: str, quick: bool = False, dataset: str | None = None) -> Pa
         quick: apply the ``[quick]`` overrides (the version tests and golden.json use).
         dataset: one data set for the runner (``libsvm:PATH`` or a file path) instead of the
             config's ``[data].libsvm`` sets.
+        only: grid axes cut to some of their values (``{"nodes": ["10"]}``): a slice of the
+            grid, run and recorded on its own (the claim is judged per setting).
 
     Raises:
         ValueError: unknown NAME (naming the available ones) or a malformed config.
@@ -299,25 +344,40 @@ def load_paper(name: str, quick: bool = False, dataset: str | None = None) -> Pa
         base["dataset"] = dataset_spec(dataset)
     elif "libsvm" in data:
         grid["dataset"] = _libsvm_specs(data["libsvm"], name)
+    kept = _restrict(grid, only, name) if only else None
     # The runner stops a run once the claim's tolerance is met: bits to tolerance are decided.
     base.setdefault("tol", claim.tol)
     if claim.metric in ("grad_norm_sq", "f_gap"):
         base.setdefault("tol_on", claim.metric)
     sweep["select"] = {"rule": "bits_to_tol", "metric": claim.metric, "tol": claim.tol}
     _resolve_steps(sweep)
-    return Paper(name, folder, sweep, claim, quick, dataset)
+    return Paper(name, folder, sweep, claim, quick, dataset, kept)
 
 
 def default_out(paper: Paper) -> Path:
-    """``runs/reproduce/NAME[-quick][-DATASET]``: one resumable folder per version."""
-    return _default_out(paper.name, paper.quick, paper.dataset)
+    """``runs/reproduce/NAME[-quick][-DATASET][-AXIS=V]``: one resumable folder per version."""
+    return _default_out(paper.name, paper.quick, paper.dataset, paper.only)
 
 
-def _default_out(name: str, quick: bool, dataset: str | None) -> Path:
+def _safe(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_.=" else "_" for c in text)
+
+
+def slice_label(only: dict[str, list[Any]] | None) -> str:
+    """``nodes=10`` for ``{"nodes": [10]}``; ``""`` for the whole grid."""
+    return ";".join(
+        f"{axis}={'|'.join(_axis_text(v) for v in vals)}" for axis, vals in (only or {}).items()
+    )
+
+
+def _default_out(
+    name: str, quick: bool, dataset: str | None, only: dict[str, list[Any]] | None = None
+) -> Path:
     tag = name + ("-quick" if quick else "")
     if dataset is not None:
-        stem = Path(dataset.removeprefix("libsvm:")).stem
-        tag += "-" + "".join(c if c.isalnum() or c in "-_." else "_" for c in stem)
+        tag += "-" + _safe(Path(dataset.removeprefix("libsvm:")).stem)
+    if only:
+        tag += "-" + _safe(slice_label(only))
     return Path("runs") / "reproduce" / tag
 
 
@@ -517,6 +577,8 @@ def verdict_table(verdict: dict[str, Any]) -> str:
         lines.append(f"heatmap: a cell off the baselines beats them ({what}; median over seeds)")
     if verdict.get("dataset"):
         lines.append(f"data: {_label(verdict['dataset'])}")
+    if verdict.get("slice"):
+        lines.append(f"slice of the grid: {verdict['slice']}")
     for s in verdict["settings"]:
         setting = ", ".join(f"{k}={_label(v)}" for k, v in s["setting"].items())
         lines.append(f"[{setting or 'all runs'}]  {'holds' if s['holds'] else 'FAILS'}")
@@ -553,6 +615,7 @@ def reproduce(
     quick: bool = False,
     dataset: str | None = None,
     progress: bool = True,
+    only: dict[str, list[str]] | None = None,
 ) -> dict[str, Any]:
     """Run a reproduction: the sweep, the figure and the claim's verdict.
 
@@ -563,6 +626,7 @@ def reproduce(
         quick: the ``[quick]`` version.
         dataset: one data set instead of the config's (see :func:`load_paper`).
         progress: show the sweep's progress bar.
+        only: a slice of the grid (see :func:`load_paper`).
 
     Returns:
         The verdict (also written to ``OUT/verdict.json``).
@@ -574,7 +638,7 @@ def reproduce(
     from experiments.config import Selection, load_config
     from experiments.sweep import run_sweep
 
-    paper = load_paper(name, quick=quick, dataset=dataset)
+    paper = load_paper(name, quick=quick, dataset=dataset, only=only)
     out = Path(out) if out is not None else default_out(paper)
     cfg = load_config(paper.sweep)
     t0 = time.perf_counter()
@@ -592,6 +656,7 @@ def reproduce(
         "name": paper.name,
         "quick": quick,
         "dataset": paper.sweep["base"].get("dataset"),
+        "slice": slice_label(paper.only) or None,
         "kind": claim.kind,
         "statement": claim.statement,
         "order": list(claim.order),
@@ -708,11 +773,15 @@ def results_record(
 ) -> dict[str, Any]:
     """What ``--record`` writes to ``experiments/papers/NAME/results.json``.
 
-    One entry per data set run on its own (``--dataset``), or ``"all"`` for the config's sets
-    together; an entry replaces the one of the same key and keeps the others.
+    One entry per data set run on its own (``--dataset``) and per slice of the grid (``--only``,
+    key ``nodes=10``), or ``"all"`` for the whole config; an entry replaces the one of the same
+    key and keeps the others.
     """
     dataset = verdict.get("dataset")
-    key = "all" if dataset is None else _label(dataset)
+    parts = ([] if dataset is None else [_label(dataset)]) + (
+        [verdict["slice"]] if verdict.get("slice") else []
+    )
+    key = " ".join(parts) or "all"
     runs = dict((previous or {}).get("runs", {}))
     runs[key] = {
         "recorded": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
@@ -740,6 +809,13 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--quick", action="store_true", help="the small version (tests, golden)")
     ap.add_argument(
         "--dataset", default=None, help="one LIBSVM file (PATH or libsvm:PATH) instead of the sets"
+    )
+    ap.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="AXIS=V1,V2",
+        help="run (and record) a slice of the grid: that axis cut to those values (repeatable)",
     )
     ap.add_argument("--quiet", action="store_true", help="no progress output")
     ap.add_argument("--write-golden", action="store_true", help="record golden.json (with --quick)")
@@ -834,10 +910,19 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"error: --jobs must be >= 1, got {args.jobs}\n")
         return EXIT_BAD_INPUT
     golden = PAPERS / args.name / "golden.json"
+    only: dict[str, list[str]] = {}
+    try:
+        for text in args.only:
+            axis, values = parse_only(text)
+            only[axis] = only.get(axis, []) + values
+    except ValueError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return EXIT_BAD_INPUT
     if args.write_golden:
-        if not args.quick or args.dataset is not None:
+        if not args.quick or args.dataset is not None or only:
             sys.stderr.write(
-                "error: --write-golden records the quick version: give --quick and no --dataset\n"
+                "error: --write-golden records the quick version: give --quick and no --dataset "
+                "or --only\n"
             )
             return EXIT_BAD_INPUT
         if golden.exists() and not args.force:
@@ -849,7 +934,7 @@ def main(argv: list[str] | None = None) -> int:
     out = (
         Path(args.out)
         if args.out is not None
-        else _default_out(args.name, args.quick, args.dataset)
+        else _default_out(args.name, args.quick, args.dataset, only or None)
     )
     try:
         verdict = reproduce(
@@ -859,6 +944,7 @@ def main(argv: list[str] | None = None) -> int:
             quick=args.quick,
             dataset=args.dataset,
             progress=not args.quiet,
+            only=only or None,
         )
     except DataMissing as exc:
         sys.stdout.write(f"{exc}\n")

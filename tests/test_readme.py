@@ -150,6 +150,13 @@ def _check_theory(tmp: Path, out: str) -> None:
     assert m and int(m.group(1)) >= 1 and m.group(2) == "0", out
 
 
+def _check_hooks_list(tmp: Path, out: str) -> None:
+    names = [line.split()[0] for line in out.splitlines() if line and not line[0].isspace()]
+    assert {"fp16", "bf16", "allreduce"} <= set(names), out
+    assert all(("all-reduce" in line or "all-gather" in line) for line in out.splitlines()
+               if line and not line[0].isspace()), out  # fmt: skip
+
+
 def _check_resume(tmp: Path, out: str) -> None:
     rows = (tmp / "r" / "history.csv").read_text().splitlines()
     assert rows[-1].split(",")[0] == "40", rows[-1]
@@ -213,6 +220,14 @@ EXERCISED: dict[str, Use] = {
     ),
     "python -m systems.validate --nproc 2 --out runs/validate": Use(
         None, where="test_systems_validate (slow, dist)", marks=("slow", "dist")
+    ),
+    "python -m systems.hooks --list": Use(None, _check_hooks_list),
+    "python -m systems.netstudy --bandwidth 0.5,1,5,10 --workers 2,4 --model cnn --out "
+    "runs/netstudy": Use(
+        None,
+        where="test_tiny_two_worker_run_over_a_throttled_link (tests/systems/test_netstudy.py, "
+        "dist, root): the same study at one bandwidth with three methods; the full study is a "
+        "command, not a test",
     ),
     "python -m benchmarks [--quick] [--out DIR]": Use(
         [*PY, "benchmarks", "--quick", "--only", "compressors", "--out", "bench"],

@@ -301,3 +301,33 @@ def test_results_record_keeps_one_entry_per_data_set():
     assert sorted(r2["runs"]) == ["mushrooms", "phishing"]
     assert r2["runs"]["mushrooms"]["verdict"] == v1
     assert r2["runs"]["phishing"]["command"].endswith("--dataset phishing")
+
+
+def test_only_cuts_a_grid_axis_and_records_the_slice_on_its_own():
+    paper = rp.load_paper("3pc-quadratic", only={"nodes": ["10", "100"]})
+    assert paper.sweep["grid"]["nodes"] == [10, 100]
+    assert (
+        paper.sweep["grid"]["problem_opt"]
+        == rp.load_paper("3pc-quadratic").sweep["grid"]["problem_opt"]
+    )
+    assert str(rp.default_out(paper)).endswith("3pc-quadratic-nodes=10_100")
+    assert rp.slice_label(paper.only) == "nodes=10|100"
+    v1 = {"dataset": None, "slice": "nodes=10", "holds": True, "settings": []}
+    v2 = {"dataset": None, "slice": None, "holds": False, "settings": []}
+    r1 = rp.results_record(v1, ["3pc-quadratic", "--only", "nodes=10"], None)
+    r2 = rp.results_record(v2, ["3pc-quadratic"], r1)
+    assert sorted(r2["runs"]) == ["all", "nodes=10"]
+    assert r2["runs"]["nodes=10"]["verdict"] == v1
+
+
+@pytest.mark.parametrize(
+    "only, message",
+    [
+        ("nodes=7", "value(s) ['7'] not in the grid; allowed: 10, 100, 1000"),
+        ("seed=1", "no grid axis 'seed'"),
+        ("nodes", "--only must be AXIS=V1[,V2...]"),
+    ],
+)
+def test_only_refuses_what_the_grid_lacks(only, message, capsys):
+    assert rp.main(["3pc-quadratic", "--only", only]) == 2
+    assert message in capsys.readouterr().err

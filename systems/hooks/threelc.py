@@ -1,0 +1,96 @@
+"""3LC as a DDP comm hook: 3-value quantization with sparsity multiplication, quartic
+encoding and zero-run encoding, with error feedback.
+
+Lim, Andersen & Kaminsky, "3LC: Lightweight and Effective Traffic Compression for Distributed
+Machine Learning", SysML (MLSys) 2019, arXiv 1802.07389. The abstract was read; the authors'
+code (TensorFlow) was not found. The steps follow the paper's description as recalled; the
+details that could not be re-read are labelled reconstructions: the digit order inside a
+quartic byte, the rounding of exact halves, the padding of the last group, the default ``s``.
+The quantizer and both encoders are the library compressor's (:mod:`compressors.threelc`,
+registered as ``3lc``); the hook adds the error feedback and the bucket's message format.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from compressors.threelc import quartic_decode, quartic_encode, ternarize, zre_decode, zre_encode
+from systems.hooks.base import CommHook
+from systems.hooks.registry import register
+
+__all__ = ["ThreeLC"]
+
+
+class ThreeLC(CommHook):
+    """3LC (arXiv 1802.07389) on each parameter of the bucket, with error feedback.
+
+    Each worker adds its error buffer to the gradient (``x = g + e``), quantizes it with
+    ``M = s max|x|`` and ``q = round(x / M)`` in ``{-1, 0, 1}``
+    (:func:`compressors.threelc.ternarize`), keeps ``e = x - q M``, and encodes ``q`` in
+    quartic bytes (five values a byte). The bucket's quartic streams, one per parameter in
+    bucket order, are concatenated and zero-run encoded; the message is the ``P`` values
+    ``max|x|`` (float32; the receiver knows ``s``) followed by that byte stream, all-gathered
+    with its int64 length: ``8 + 4 P + len(zre)`` bytes, the bytes of the encoded stream
+    itself. The receiver undoes zero-run encoding, cuts the quartic bytes by the parameters'
+    sizes (``ceil(n / 5)`` each), and the decoded bucket is the sum over workers of ``q M``
+    divided by the world size. State (``e``) is keyed by parameter, so DDP's bucket
+    rebuild after the first step does not disturb it.
+
+    Args:
+        s: the sparsity multiplier, ``1 <= s < 2``. Default 1.0 (plain 3-value quantization
+            with error feedback); the paper evaluates larger values (1.5, 1.75, 1.9 as
+            recalled) for more zeros and longer zero runs. Which value the paper calls its
+            default was not re-read: a reconstruction.
+    """
+
+    name = "3lc"
+    allreducible = False
+    stateful = True
+
+    def __init__(self, process_group: dist.ProcessGroup | None = None, *, s: float = 1.0) -> None:
+        super().__init__(process_group)
+        if not 1.0 <= s < 2.0:
+            raise ValueError(f"s must be in [1, 2), got s={s!r}")
+        self.s = s
+        self._error: dict[int, torch.Tensor] = {}  # by id() of the parameter
+
+    def reduce(self, bucket: dist.GradBucket) -> torch.futures.Future:
+        buf = bucket.buffer()
+        params = bucket.parameters()
+        sizes = [p.numel() for p in params]
+        with self.timer("encode"):
+            flat = buf.detach().to(torch.float32)
+            scales, streams, off = [], [], 0
+            for p, n in zip(params, sizes, strict=True):
+                e = self._error.get(id(p))
+                x = flat[off : off + n] + e if e is not None else flat[off : off + n].clone()
+                q, amax = ternarize(x[None], self.s)
+                self._error[id(p)] = x.sub_(q[0].to(x.dtype) * amax * self.s)
+                scales.append(amax)
+                streams.append(quartic_encode(q[0]))
+                off += n
+            msg = torch.cat(
+                [
+                    torch.cat(scales).to(torch.float32).view(torch.uint8),
+                    zre_encode(torch.cat(streams)),
+                ]
+            )
+        gathered = self.allgather_varlen(msg)
+        with self.timer("decode"):
+            P = len(params)
+            nbytes = [-(-n // 5) for n in sizes]
+            out = torch.zeros_like(flat)
+            for m in gathered:
+                amax = m[: 4 * P].clone().view(torch.float32)
+                parts = torch.split(zre_decode(m[4 * P :]), nbytes)
+                vals = [
+                    quartic_decode(b, n).to(torch.float32) * amax[j] * self.s
+                    for j, (b, n) in enumerate(zip(parts, sizes, strict=True))
+                ]
+                out.add_(torch.cat(vals))
+            buf.copy_(out.div_(self.world_size))
+        return self.done(buf)
+
+
+register(ThreeLC)

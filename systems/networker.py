@@ -1,0 +1,259 @@
+"""One worker of :mod:`systems.netstudy`: DDP training over gloo, timed, for each method in turn.
+
+Launched by ``torchrun`` inside a worker's network namespace (``GLOO_SOCKET_IFNAME=eth0``); the
+study's driver passes the arguments. For each method (``fp32``: DDP's own C++ all-reduce;
+``fp16``: PyTorch's ``fp16_compress_hook``, the 16-bit baseline; anything else: a
+:mod:`systems.hooks` spec), with the same seed and initial model:
+
+1. ``--warmup`` iterations (DDP rebuilds its buckets after the first, stateful hooks start);
+2. **compute**: ``--iters`` iterations of forward, backward and optimizer step under
+   ``model.no_sync()`` (no communication, no hook), the median kept;
+3. **iteration**: ``--iters`` full iterations, each started after a barrier (so workers start
+   together and a slow one's wait is not counted as its compute); the median over iterations of
+   the slowest worker's time is kept; the hook's encode/decode seconds and payload bytes per
+   iteration come from :class:`systems.hooks.HookStats` (also the slowest worker's);
+   communication is ``iteration - compute - encode - decode`` (the part not hidden behind
+   compute), floored at zero;
+4. with ``--train-iters``: a fresh model trained for up to that many iterations, the test
+   accuracy (rank 0) evaluated every ``--eval-every`` iterations, the first iteration at which it
+   reaches ``--target-acc`` recorded.
+
+Before the methods it calibrates the link: the median time of all-reducing ``2^k`` float32
+entries for several ``k`` is fitted to the ring model (:func:`fit_link`) to give the effective
+bandwidth and latency. Rank 0 writes everything as JSON to ``--out``.
+
+Data: scikit-learn's digits (1,797 8x8 images; a seeded 80/20 split), each worker a contiguous
+block of the training part. ``cnn`` is :func:`problems.nets.cnn` on the 8x8 images;
+``resnet18`` is :class:`problems.nets.ResNet18` on the images repeated to 3 channels and scaled
+up to 32x32 (nearest).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+__all__ = ["main"]
+
+
+def _data(model: str, rank: int, world: int, seed: int):
+    from sklearn.datasets import load_digits
+
+    X, y = load_digits(return_X_y=True)
+    perm = np.random.RandomState(seed).permutation(len(y))
+    X, y = X[perm] / 16.0, y[perm]
+    cut = int(0.8 * len(y))
+    X = torch.tensor(X, dtype=torch.float32).reshape(-1, 1, 8, 8)
+    y = torch.tensor(y, dtype=torch.long)
+    if model == "resnet18":
+        X = X.repeat(1, 3, 1, 1).repeat_interleave(4, 2).repeat_interleave(4, 3)
+    lo, hi = rank * cut // world, (rank + 1) * cut // world
+    return (X[lo:hi], y[lo:hi]), (X[cut:], y[cut:])
+
+
+def _model(name: str, seed: int) -> torch.nn.Module:
+    from problems.nets import ResNet18, cnn
+
+    torch.manual_seed(seed)
+    m = cnn(1, 10) if name == "cnn" else ResNet18(10, 32, 3)
+    m = m.to_empty(device="cpu")
+    torch.manual_seed(seed)
+    for mod in m.modules():
+        if hasattr(mod, "reset_parameters"):
+            mod.reset_parameters()
+    return m
+
+
+def _batches(X, y, batch: int, seed: int):
+    g = torch.Generator().manual_seed(seed)
+    while True:
+        perm = torch.randperm(len(y), generator=g)
+        for i in range(0, len(y) - batch + 1, batch):
+            idx = perm[i : i + batch]
+            yield X[idx], y[idx]
+
+
+def _ddp(args, spec: str):
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from systems.hooks import make_hook
+
+    model = DDP(_model(args.model, args.seed), bucket_cap_mb=args.bucket_mb)
+    hook = None
+    if spec == "fp16":
+        model.register_comm_hook(None, default_hooks.fp16_compress_hook)
+    elif spec != "fp32":
+        hook = make_hook(spec).register(model)
+    momentum = 0.0 if getattr(hook, "momentum_in_hook", False) else args.momentum
+    opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=momentum)
+    return model, hook, opt
+
+
+def _step(model, opt, batch) -> None:
+    x, y = batch
+    opt.zero_grad(set_to_none=False)
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    opt.step()
+
+
+def _slowest(values: list[float]) -> float:
+    t = torch.tensor([statistics.median(values)], dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return float(t)
+
+
+def fit_link(nbytes, seconds, p: int) -> tuple[float, float]:
+    """``(B in Gbit/s, alpha in s)`` of the ring all-reduce model ``2(p-1)/p M/B + 2(p-1)
+    alpha``: ``B`` by least squares on the messages of at least 1 MiB (the bandwidth-bound
+    ones, the size of gradient buckets; below that the shaper's token bucket lets a burst pass
+    at line rate), ``alpha`` from the messages under 64 KiB, the fastest of them with its
+    bandwidth term removed (the others carry scheduling noise), floored at zero."""
+    from systems.validate import fit_collective
+
+    m, t = np.asarray(nbytes, float), np.asarray(seconds, float)
+    big = m >= 2**20
+    if big.sum() < 2:
+        raise ValueError("fit_link needs two or more messages of at least 1 MiB")
+    gbps, _ = fit_collective(m[big], t[big], p)
+    small = m < 2**16
+    if not small.any():
+        small = m == m.min()
+    rest = t[small] - 2 * (p - 1) / p * m[small] / (gbps * 1e9 / 8)
+    return gbps, max(0.0, float(rest.min()) / (2 * (p - 1)))
+
+
+def _calibrate(repeats: int = 5) -> dict:
+    sizes = [2**k for k in (4, 12, 16, 18, 20, 22)]
+    secs = []
+    for n in sizes:
+        x = torch.ones(n)
+        dist.all_reduce(x)
+        ts = []
+        for _ in range(repeats):
+            dist.barrier()
+            t0 = time.perf_counter()
+            dist.all_reduce(x)
+            ts.append(time.perf_counter() - t0)
+        secs.append(_slowest(ts))
+    p = dist.get_world_size()
+    gbps, alpha = fit_link([4 * n for n in sizes], secs, p) if p > 1 else (0.0, 0.0)
+    return {"sizes": sizes, "seconds": secs, "gbps": gbps, "alpha_s": alpha}
+
+
+def _measure(args, spec: str, train, test) -> dict:
+    model, hook, opt = _ddp(args, spec)
+    rank = dist.get_rank()
+    batches = _batches(*train, args.batch, args.seed + rank)
+    for _ in range(args.warmup):
+        _step(model, opt, next(batches))
+    compute = []
+    for _ in range(args.iters):
+        dist.barrier()
+        t0 = time.perf_counter()
+        with model.no_sync():
+            _step(model, opt, next(batches))
+        compute.append(time.perf_counter() - t0)
+    if hook is not None:
+        hook.stats.reset()
+    iters = []
+    for _ in range(args.iters):
+        dist.barrier()
+        t0 = time.perf_counter()
+        _step(model, opt, next(batches))
+        iters.append(time.perf_counter() - t0)
+    n = args.iters
+    stats = vars(hook.stats) if hook is not None else {}
+    enc = stats.get("encode_s", 0.0) / n
+    dec = stats.get("decode_s", 0.0) / n
+    sizes = [p.numel() for p in model.parameters()]
+    if spec in ("fp32", "fp16"):
+        sent = sum(sizes) * (4 if spec == "fp32" else 2)
+    else:
+        sent = stats.get("sent_bytes", 0) / n
+    out = {
+        "method": spec,
+        "allreducible": True if hook is None else bool(hook.allreducible),
+        "compute_s": _slowest(compute),
+        "iter_s": _slowest(iters),
+        "encode_s": _slowest([enc]),
+        "decode_s": _slowest([dec]),
+        "sent_bytes": _slowest([float(sent)]),
+        "sizes": sizes,
+    }
+    out["comm_s"] = max(0.0, out["iter_s"] - out["compute_s"] - out["encode_s"] - out["decode_s"])
+    if args.train_iters > 0:
+        out.update(_accuracy(args, spec, train, test))
+    return out
+
+
+def _accuracy(args, spec: str, train, test) -> dict:
+    model, hook, opt = _ddp(args, spec)
+    rank = dist.get_rank()
+    batches = _batches(*train, args.batch, args.seed + rank)
+    reached, acc = -1, 0.0
+    for it in range(1, args.train_iters + 1):
+        model.train()
+        _step(model, opt, next(batches))
+        if it % args.eval_every == 0:
+            with torch.no_grad():
+                model.eval()
+                acc = float((model.module(test[0]).argmax(1) == test[1]).float().mean())
+            flag = torch.tensor([acc >= args.target_acc], dtype=torch.int32)
+            dist.broadcast(flag, 0)
+            if flag.item():
+                reached = it
+                break
+    return {"iters_to_target": reached, "final_acc": acc, "target_acc": args.target_acc}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m systems.networker")
+    ap.add_argument("--model", choices=("cnn", "resnet18"), default="cnn")
+    ap.add_argument("--method", action="append", required=True, help="fp32, fp16 or a hook spec")
+    ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--lr", type=float, default=0.05)
+    ap.add_argument("--momentum", type=float, default=0.9)
+    ap.add_argument("--bucket-mb", type=float, default=25.0)
+    ap.add_argument("--train-iters", type=int, default=0)
+    ap.add_argument("--eval-every", type=int, default=10)
+    ap.add_argument("--target-acc", type=float, default=0.9)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--timeout", type=float, default=600.0)
+    ap.add_argument("--out", required=True)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    import datetime
+
+    args = build_parser().parse_args(argv)
+    torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.timeout))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    train, test = _data(args.model, rank, world, args.seed)
+    result = {"workers": world, "model": args.model, "calibration": _calibrate(), "methods": []}
+    for spec in args.method:
+        result["methods"].append(_measure(args, spec, train, test))
+        if rank == 0:  # written after each method: a failure later keeps what was measured
+            tmp = args.out + ".tmp"
+            with open(tmp, "w") as fh:
+                json.dump(result, fh, indent=1)
+            os.replace(tmp, args.out)
+    dist.barrier()
+    dist.destroy_process_group()
+    # gloo with Python comm hooks may abort at interpreter teardown: leave without it
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
