@@ -178,6 +178,13 @@ class Algorithm:
         if not self.gamma > 0:
             raise ValueError(f"gamma must be > 0, got {self.gamma}")
 
+    @classmethod
+    def message_dim(cls, d: int) -> int:
+        """Entries of the rows the method compresses, for a problem of dimension ``d``: ``d``
+        (gradients), or, for second-order methods, the ``d(d+1)/2`` entries of a symmetric
+        matrix; what ``config.json`` records the compressor's constant and bits at."""
+        return d
+
     # ------------------------------------------------------------ theory
     @classmethod
     def theory(cls, problem, compressor: Compressor, opts: dict[str, Any]) -> Theory:

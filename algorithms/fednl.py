@@ -24,6 +24,18 @@ SOURCE = (
 )
 
 
+def check_layout(compressor: Compressor, hess_vec: str) -> None:
+    """A compressor that reads the row as a symmetric matrix (``symrank``) must read it in the
+    layout the method writes it in (``--hess-vec``)."""
+    from compressors.symrank import SymRank
+
+    if isinstance(compressor, SymRank) and compressor.vec != hess_vec:
+        raise ValueError(
+            f"compressor symrank reads rows as vec={compressor.vec!r} but --hess-vec is "
+            f"{hess_vec!r}; give symrank:vec={hess_vec} (or --hess-vec {compressor.vec})"
+        )
+
+
 def tri_size(d: int) -> int:
     """``d(d+1)/2``: the entries of a symmetric ``d x d`` matrix that travel."""
     return d * (d + 1) // 2
@@ -142,9 +154,14 @@ class FedNL(Algorithm):
         check_choice("option", self.option, OPTIONS)
         check_choice("init", self.init_mode, INITS)
         check_choice("hess_vec", self.hess_vec, VECS)
+        check_layout(self.compressor, self.hess_vec)
         check_choice("l_norm", self.l_norm, NORMS)
         if self.mu is not None and not self.mu > 0:
             raise ValueError(f"mu must be > 0, got {self.mu}")
+
+    @classmethod
+    def message_dim(cls, d: int) -> int:
+        return tri_size(d)  # the Hessian rows: a symmetric matrix's d(d+1)/2 entries
 
     @classmethod
     def configure(cls, problem, compressor: Compressor, *, force: bool = False, **opts: Any):

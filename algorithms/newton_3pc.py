@@ -24,6 +24,7 @@ from algorithms.fednl import (
     OPTIONS,
     VECS,
     FedNL,
+    check_layout,
     newton_direction,
     smat,
     svec,
@@ -129,9 +130,14 @@ class Newton3PC(Algorithm):
         check_choice("option", self.option, OPTIONS)
         check_choice("init", self.init_mode, INITS)
         check_choice("hess_vec", self.hess_vec, VECS)
+        check_layout(self.compressor, self.hess_vec)
         check_choice("l_norm", self.l_norm, NORMS)
         if self.mu is not None and not self.mu > 0:
             raise ValueError(f"mu must be > 0, got {self.mu}")
+
+    @classmethod
+    def message_dim(cls, d: int) -> int:
+        return tri_size(d)  # the Hessian rows: a symmetric matrix's d(d+1)/2 entries
 
     @classmethod
     def configure(cls, problem, compressor, *, force: bool = False, **opts: Any):

@@ -27,6 +27,7 @@ from compressors.rank_r import RankR
 from compressors.scaled import Scaled
 from compressors.scaled_sign import ScaledSign
 from compressors.sign import Sign
+from compressors.symrank import SymRank
 from compressors.terngrad import TernGrad
 from compressors.threelc import ThreeLC
 from compressors.threshold import Threshold
@@ -57,11 +58,17 @@ COMPRESSORS: dict[str, type[Compressor]] = {
 # (streams.plugins).
 COMPRESSORS = plugins.Registry("compzoo.compressors", Compressor, COMPRESSORS)
 
+# Compressors whose rows have a structure, so that not every length is a valid row: ``symrank``
+# reads a row of d(d+1)/2 entries as a symmetric d x d matrix (second-order methods' Hessian
+# rows). Parsed like the others; kept apart from COMPRESSORS, which the property suites run at
+# every length, and tested on their own domain (tests/compressors/test_symrank.py).
+STRUCTURED: dict[str, type[Compressor]] = {"symrank": SymRank}
+
 ALIASES: dict[str, str] = {"dithering": "qsgd", "ef-sign": "scaled-sign", "ranks": "rank"}
 
 
 def _names() -> str:
-    return ", ".join(COMPRESSORS)
+    return ", ".join([*COMPRESSORS, *STRUCTURED])
 
 
 def _convert(cls: type[Compressor], key: str, raw: str):
@@ -99,9 +106,9 @@ def parse_spec(spec: str) -> Compressor:
     spec = spec.strip()
     name, sep, rest = spec.partition(":")
     name = ALIASES.get(name, name)
-    if name not in COMPRESSORS:
+    if name not in COMPRESSORS and name not in STRUCTURED:
         raise ValueError(f"unknown compressor {name!r}; allowed: {_names()}")
-    cls = COMPRESSORS[name]
+    cls = COMPRESSORS[name] if name in COMPRESSORS else STRUCTURED[name]
     if name in ("scaled", "compose") and sep and not rest.strip():
         example = "scaled:randk:k=10" if name == "scaled" else "compose:topk:k=10+qsgd:levels=4"
         what = "an unbiased compressor's spec" if name == "scaled" else "two or more specs"
@@ -143,7 +150,7 @@ def parse_spec(spec: str) -> Compressor:
 
 
 def name_of(c: Compressor) -> str:
-    for name, cls in COMPRESSORS.items():
+    for name, cls in [*COMPRESSORS.items(), *STRUCTURED.items()]:
         if type(c) is cls:
             return name
     raise ValueError(f"{type(c).__name__} is not in the registry")

@@ -872,7 +872,7 @@ def _listing() -> str:
                 ("", f"verdict: {'holds' if v.get('holds') else 'FAILS'} ({_summary_line(v)}); "
                      f"{v.get('runs')} runs, recorded {entry.get('recorded')}")
             )  # fmt: skip
-    width = max(shutil.get_terminal_size(fallback=(100, 24)).columns, pad + 40)
+    width = max(shutil.get_terminal_size(fallback=(100, 24)).columns, pad + 30)
     out = []
     for first, text in lines:
         out += textwrap.wrap(

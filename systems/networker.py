@@ -5,7 +5,9 @@ study's driver passes the arguments. For each method (``fp32``: DDP's own C++ al
 ``fp16``: PyTorch's ``fp16_compress_hook``, the 16-bit baseline; anything else: a
 :mod:`systems.hooks` spec), with the same seed and initial model:
 
-1. ``--warmup`` iterations (DDP rebuilds its buckets after the first, stateful hooks start);
+1. ``--warmup`` iterations, or more for a hook that sends uncompressed before its
+   ``start_iter`` (DDP rebuilds its buckets after the first; the timed steps are the steady
+   state; a hook's periodic refreshes, such as GreedyLore's every 200 steps, fall outside them);
 2. **compute**: ``--iters`` iterations of forward, backward and optimizer step under
    ``model.no_sync()`` (no communication, no hook), the median kept;
 3. **iteration**: ``--iters`` full iterations, each started after a barrier (so workers start
@@ -152,7 +154,9 @@ def _measure(args, spec: str, train, test) -> dict:
     model, hook, opt = _ddp(args, spec)
     rank = dist.get_rank()
     batches = _batches(*train, args.batch, args.seed + rank)
-    for _ in range(args.warmup):
+    # steady state: past DDP's bucket rebuild and the hook's uncompressed start (start_iter)
+    warmup = max(args.warmup, int(getattr(hook, "start_iter", 0)) + 1)
+    for _ in range(warmup):
         _step(model, opt, next(batches))
     compute = []
     for _ in range(args.iters):

@@ -160,7 +160,7 @@ def configure(args, objects: dict[str, Any] | None = None) -> tuple[Algorithm, A
             k: (v.spec() if isinstance(v, Compressor) else v) for k, v in algo.params().items()
         },
         "step": theory_record,
-        "compressor": compressor_record(algo.compressor, problem.d),
+        "compressor": compressor_record(algo.compressor, cls.message_dim(problem.d)),
         "problem": {
             "name": type(problem).__name__ if "problem" in objects else args.problem,
             "n": problem.n,

@@ -168,6 +168,10 @@ def test_runner(tmp_path):
     assert run(argv) == 0
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["algorithm_class"] == "FedNL" and cfg["step"]["gamma_theory"] == 1.0
+    # the compressor is recorded at the Hessian rows' d(d+1)/2 entries, not at d
+    d = cfg["problem"]["d"]
+    assert cfg["compressor"]["delta"] == pytest.approx(10 / tri_size(d))
+    assert cfg["compressor"]["bits_per_message"] == 10 * (32 + math.ceil(math.log2(tri_size(d))))
     with open(out / "history.csv") as fh:
         header = fh.readline().strip().split(",")
     assert "H_err" in header and "l" in header
@@ -190,3 +194,26 @@ def test_gloo_matches_the_simulation(tmp_path):
 @pytest.mark.parametrize("nproc", [2, 3])
 def test_gloo_matches_the_simulation_on_the_quadratic(tmp_path, nproc):
     torch_dist_helpers().parity(tmp_path, nproc, ["fednl", "--compressor", "topk:k=5"])
+
+
+def test_rank_one_hessian_compression_converges_at_its_payload(logreg):
+    # The paper's Rank-1 (compressors.symrank): one eigenpair, 32 (d + 1) bits per node per round.
+    p = logreg
+    algo, _ = FedNL.configure(p, parse_spec("symrank:r=1"))
+    assert algo.alpha == pytest.approx(1 - math.sqrt(1 - 1 / p.d))  # delta = r/d on svec rows
+    comm = SimulatedComm(p.n, seed=0)
+    state = algo.init(p.x_star + 0.15, p, comm)
+    gaps = []
+    for _ in range(6):
+        state, info = algo.step(state, p, comm)
+        assert info.bits_up == 32 * p.d + 32 * (p.d + 1)
+        gaps.append(float(p.loss(state.x)) - p.consts.f_star)
+    assert gaps[-1] < 1e-10
+    r = np.array(gaps[1:]) / np.array(gaps[:-1])
+    assert r.max() < 0.1 and r[-2:].max() < 0.6 * r[0]  # the contraction shrinks
+
+
+def test_symrank_must_read_the_rows_in_the_methods_layout(logreg):
+    with pytest.raises(ValueError, match="symrank reads rows as vec='svec' but --hess-vec is"):
+        FedNL.configure(logreg, parse_spec("symrank:r=1"), hess_vec="triu")
+    FedNL.configure(logreg, parse_spec("symrank:r=1"))

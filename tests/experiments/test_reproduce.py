@@ -13,7 +13,10 @@ import pytest
 
 from experiments import reproduce as rp
 
-NAMES = ["ef21-vs-ef", "marina-vs-diana", "dasha-vs-marina", "3pc-lag", "3pc-quadratic"]
+NAMES = [
+    "ef21-vs-ef", "marina-vs-diana", "dasha-vs-marina", "3pc-lag", "3pc-quadratic",
+    "adiana-vs-diana", "fednl-vs-first-order", "byz-vr-marina",
+]  # fmt: skip
 
 
 def test_available_lists_every_reproduction():
@@ -70,7 +73,7 @@ def test_list_names_every_reproduction_with_its_whole_statement(capsys, monkeypa
     monkeypatch.setenv("COLUMNS", columns)
     assert rp.main(["--list"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    width = max(int(columns), 18 + 40)
+    width = max(int(columns), 22 + 30)  # the widest name (20) + 2, and 30 for the text
     assert all(len(line) <= width for line in lines if " " in line.strip())
     entries: dict[str, list[str]] = {}
     for line in lines:
