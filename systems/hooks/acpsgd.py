@@ -68,13 +68,8 @@ class ACPSGD(CommHook):
         super().__init__(process_group)
         if not isinstance(rank, int) or rank < 1:
             raise ValueError(f"acp-sgd: rank must be an integer >= 1, got {rank!r}")
-        if not isinstance(start_iter, int) or start_iter < 2:
-            raise ValueError(
-                f"acp-sgd: start_iter must be an integer >= 2 (DDP rebuilds its buckets after "
-                f"the first iteration), got {start_iter!r}"
-            )
         self.rank_r = rank
-        self.start_iter = start_iter
+        self.start_iter = self.check_start_iter(self.name, start_iter)
         self.seed = seed
         self.iter = 0
         self._gen = torch.Generator().manual_seed(seed)
@@ -86,10 +81,6 @@ class ACPSGD(CommHook):
         out["params"]["rank"] = out["params"].pop("rank_r")
         out["params"].pop("iter", None)
         return out
-
-    def _tick(self, bucket: dist.GradBucket) -> None:
-        if bucket.is_last():
-            self.iter += 1
 
     def _init_state(self, mats: list[torch.Tensor]) -> list[list[torch.Tensor]]:
         state = []
@@ -104,10 +95,7 @@ class ACPSGD(CommHook):
         buf = bucket.buffer()
         W = self.world_size
         if self.iter < self.start_iter:
-            self._tick(bucket)
-            with self.timer("encode"):
-                buf.div_(W)
-            return self.allreduce_future(buf).then(lambda fut: fut.value()[0])
+            return self.plain_step(bucket)
 
         compute_p = (self.iter - self.start_iter) % 2 == 0
         with self.timer("encode"):
@@ -143,7 +131,7 @@ class ACPSGD(CommHook):
             for g in raw:
                 g.copy_(flat[off : off + g.numel()].view_as(g))
                 off += g.numel()
-        self._tick(bucket)
+        self.tick(bucket)
         return self.done(buf)
 
 

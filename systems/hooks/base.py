@@ -106,6 +106,31 @@ class CommHook:
         raise NotImplementedError
 
     # --- helpers for subclasses -------------------------------------------------------------
+    @staticmethod
+    def check_start_iter(name: str, start_iter: object) -> int:
+        """``start_iter``, which must be an integer ``>= 2``: DDP rebuilds its buckets after the
+        first iteration, so state keyed by bucket index starts at the second at the earliest
+        (PyTorch's PowerSGD hook has the same rule)."""
+        if not isinstance(start_iter, int) or isinstance(start_iter, bool) or start_iter < 2:
+            raise ValueError(
+                f"{name}: start_iter must be an integer >= 2 (DDP rebuilds its buckets after "
+                f"the first iteration), got {start_iter!r}"
+            )
+        return start_iter
+
+    def tick(self, bucket: dist.GradBucket) -> None:
+        """Count a step once its last bucket is reduced (``self.iter``)."""
+        if bucket.is_last():
+            self.iter += 1
+
+    def plain_step(self, bucket: dist.GradBucket) -> torch.futures.Future:
+        """An uncompressed step (before ``start_iter``): the bucket's mean by all-reduce."""
+        self.tick(bucket)
+        with self.timer("encode"):
+            buf = bucket.buffer()
+            buf.div_(self.world_size)
+        return self.allreduce_future(buf).then(lambda fut: fut.value()[0])
+
     @property
     def world_size(self) -> int:
         return dist.get_world_size(self.group)

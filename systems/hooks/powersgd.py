@@ -101,11 +101,6 @@ class PowerSGD(CommHook):
         super().__init__(process_group)
         if not isinstance(rank, int) or rank < 1:
             raise ValueError(f"powersgd: rank must be an integer >= 1, got {rank!r}")
-        if not isinstance(start_iter, int) or start_iter < 2:
-            raise ValueError(
-                f"powersgd: start_iter must be an integer >= 2 (DDP rebuilds its buckets after "
-                f"the first iteration), got {start_iter!r}"
-            )
         if not min_compression_rate > 0:
             raise ValueError(
                 f"powersgd: min_compression_rate must be > 0, got {min_compression_rate!r}"
@@ -116,7 +111,7 @@ class PowerSGD(CommHook):
                 f"got {orthogonalization_epsilon!r}"
             )
         self.rank_r = rank
-        self.start_iter = start_iter
+        self.start_iter = self.check_start_iter(self.name, start_iter)
         self.min_compression_rate = float(min_compression_rate)
         self.warm_start = bool(warm_start)
         self.error_feedback = bool(error_feedback)
@@ -140,18 +135,11 @@ class PowerSGD(CommHook):
         r = min(n, m, self.rank_r)
         return (n + m) * r * self.min_compression_rate < n * m
 
-    def _tick(self, bucket: dist.GradBucket) -> None:
-        if bucket.is_last():
-            self.iter += 1
-
     def reduce(self, bucket: dist.GradBucket) -> torch.futures.Future:
         buf = bucket.buffer()
         W = self.world_size
         if self.iter < self.start_iter:
-            self._tick(bucket)
-            with self.timer("encode"):
-                buf.div_(W)
-            return self.allreduce_future(buf).then(lambda fut: fut.value()[0])
+            return self.plain_step(bucket)
 
         idx = bucket.index()
         eps = self.orthogonalization_epsilon
@@ -209,7 +197,7 @@ class PowerSGD(CommHook):
                 for g in raw:
                     g.copy_(flat_raw[off : off + g.numel()].view_as(g))
                     off += g.numel()
-        self._tick(bucket)
+        self.tick(bucket)
         return self.done(buf)
 
 

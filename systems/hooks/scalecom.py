@@ -71,14 +71,9 @@ class ScaleCom(CommHook):
             raise ValueError(f"scalecom: ratio must be in (0, 1], got {ratio!r}")
         if not 0 < beta <= 1:
             raise ValueError(f"scalecom: beta must be in (0, 1], got {beta!r}")
-        if not isinstance(start_iter, int) or start_iter < 2:
-            raise ValueError(
-                f"scalecom: start_iter must be an integer >= 2 (DDP rebuilds its buckets after "
-                f"the first iteration), got {start_iter!r}"
-            )
         self.ratio = float(ratio)
         self.beta = float(beta)
-        self.start_iter = start_iter
+        self.start_iter = self.check_start_iter(self.name, start_iter)
         self.iter = 0
         self._memory: dict[int, torch.Tensor] = {}
 
@@ -95,18 +90,11 @@ class ScaleCom(CommHook):
         """The rank (in the group) that picks the indices at step ``t``."""
         return t % self.world_size
 
-    def _tick(self, bucket: dist.GradBucket) -> None:
-        if bucket.is_last():
-            self.iter += 1
-
     def reduce(self, bucket: dist.GradBucket) -> torch.futures.Future:
         buf = bucket.buffer()
         W = self.world_size
         if self.iter < self.start_iter:
-            self._tick(bucket)
-            with self.timer("encode"):
-                buf.div_(W)
-            return self.allreduce_future(buf).then(lambda fut: fut.value()[0])
+            return self.plain_step(bucket)
 
         leader = self.leader(self.iter)
         d = buf.numel()
@@ -133,7 +121,7 @@ class ScaleCom(CommHook):
         with self.timer("decode"):
             buf.zero_()
             buf[sel] = vals.div_(W)
-        self._tick(bucket)
+        self.tick(bucket)
         return self.done(buf)
 
 

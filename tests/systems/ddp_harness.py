@@ -101,3 +101,42 @@ def train_steps(rank, world, hook_spec, steps=3, seed=0, lr=0.1, bucket_cap_mb=2
         params.append(torch.cat([p.detach().flatten() for p in model.parameters()]).clone())
     stats = vars(hook.stats).copy() if hook is not None else {}
     return {"params": params, "grads": grads, "stats": stats}
+
+
+def record_steps(rank: int, spec: str, steps: int, track_order: bool = False):
+    """SGD steps of :func:`tiny_model` in DDP with the hook ``spec``, recording per step this
+    rank's raw local gradient (``raw``), the hook's decoded gradient (``dec``), the payload
+    bytes (``sent``) and, with ``track_order``, the parameters' order in each bucket (``order``:
+    DDP rebuilds its buckets after step 1). Returns ``(record, hook, params)`` so a test can add
+    the hook's state."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from systems.hooks import make_hook
+
+    model = DDP(tiny_model(0))
+    hook = make_hook(spec).register(model)
+    g = torch.Generator().manual_seed(1000 + rank)
+    X, y = torch.randn(32, 12, generator=g), torch.randint(0, 4, (32,), generator=g)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    params = list(model.parameters())
+    rec: dict[str, list] = {"raw": [], "dec": [], "sent": [], "order": []}
+    if track_order:
+        inner = hook.reduce
+
+        def reduce(bucket):
+            rec["order"].append(
+                [next(i for i, p in enumerate(params) if p is q) for q in bucket.parameters()]
+            )
+            return inner(bucket)
+
+        hook.reduce = reduce
+    for _ in range(steps):
+        loss = torch.nn.functional.cross_entropy(model.module(X), y)
+        rec["raw"].append(torch.cat([q.flatten() for q in torch.autograd.grad(loss, params)]))
+        opt.zero_grad()
+        before = hook.stats.sent_bytes
+        torch.nn.functional.cross_entropy(model(X), y).backward()
+        rec["sent"].append(hook.stats.sent_bytes - before)
+        rec["dec"].append(torch.cat([p.grad.flatten() for p in params]).clone())
+        opt.step()
+    return rec, hook, params

@@ -10,34 +10,15 @@ import pytest
 import torch
 
 from systems.hooks.adacomp import adacomp_select, pack_signs, unpack_signs
-from tests.systems.ddp_harness import run_ddp, tiny_model
+from tests.systems.ddp_harness import record_steps, run_ddp, tiny_model
 
 SPEC = "adacomp:bin_fc=20,bin_conv=5"
 
 
 def _record(rank, world, spec, steps):
     """Per step: raw local gradient, decoded gradient, payload bytes; then the residues."""
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
-    from systems.hooks import make_hook
-
-    model = DDP(tiny_model(0))
-    hook = make_hook(spec).register(model)
-    g = torch.Generator().manual_seed(1000 + rank)
-    X, y = torch.randn(32, 12, generator=g), torch.randint(0, 4, (32,), generator=g)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    params = list(model.parameters())
-    raw, dec, sent = [], [], []
-    for _ in range(steps):
-        loss = torch.nn.functional.cross_entropy(model.module(X), y)
-        raw.append(torch.cat([q.flatten() for q in torch.autograd.grad(loss, params)]))
-        opt.zero_grad()
-        before = hook.stats.sent_bytes
-        torch.nn.functional.cross_entropy(model(X), y).backward()
-        sent.append(hook.stats.sent_bytes - before)
-        dec.append(torch.cat([p.grad.flatten() for p in params]).clone())
-        opt.step()
-    return {"raw": raw, "dec": dec, "sent": sent, "res": [hook._residue[id(p)] for p in params]}
+    rec, hook, params = record_steps(rank, spec, steps)
+    return {**rec, "res": [hook._residue[id(p)] for p in params]}
 
 
 def _reference(raw, sizes, bin_len):

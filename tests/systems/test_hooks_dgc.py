@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from systems.hooks.dgc import dgc_select, warmup_ratio
-from tests.systems.ddp_harness import run_ddp, tiny_model
+from tests.systems.ddp_harness import record_steps, run_ddp, tiny_model
 
 SPEC = "dgc:ratio=0.05,momentum=0.9,warmup_steps=2,sample_ratio=1.0,clip_norm=0.5"
 
@@ -18,31 +18,12 @@ SPEC = "dgc:ratio=0.05,momentum=0.9,warmup_steps=2,sample_ratio=1.0,clip_norm=0.
 def _record(rank, world, spec, steps):
     """Per step: this rank's raw local gradient, the hook's decoded gradient and the payload
     bytes; at the end the hook's u and v per parameter."""
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
-    from systems.hooks import make_hook
-
-    model = DDP(tiny_model(0))
-    hook = make_hook(spec).register(model)
-    g = torch.Generator().manual_seed(1000 + rank)
-    X, y = torch.randn(32, 12, generator=g), torch.randint(0, 4, (32,), generator=g)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    params = list(model.parameters())
-    raw, dec, sent = [], [], []
-    for _ in range(steps):
-        loss = torch.nn.functional.cross_entropy(model.module(X), y)
-        raw.append(torch.cat([q.flatten() for q in torch.autograd.grad(loss, params)]))
-        opt.zero_grad()
-        before = hook.stats.sent_bytes
-        torch.nn.functional.cross_entropy(model(X), y).backward()
-        sent.append(hook.stats.sent_bytes - before)
-        dec.append(torch.cat([p.grad.flatten() for p in params]).clone())
-        opt.step()
+    rec, hook, params = record_steps(rank, spec, steps)
     state = [
         (hook._u[id(p)].clone(), hook._v[id(p)].clone() if id(p) in hook._v else None)
         for p in params
     ]
-    return {"raw": raw, "dec": dec, "sent": sent, "state": state}
+    return {**rec, "state": state}
 
 
 def _reference(raw, shapes, ratio, m, warmup, clip):

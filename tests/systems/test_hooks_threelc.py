@@ -7,40 +7,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.systems.ddp_harness import run_ddp, tiny_model
+from tests.systems.ddp_harness import record_steps, run_ddp, tiny_model
 
 
 def _record(rank, world, spec, steps):
     """Per step: raw local gradient, decoded gradient, payload bytes; then the error buffers."""
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
-    from systems.hooks import make_hook
-
-    model = DDP(tiny_model(0))
-    hook = make_hook(spec).register(model)
-    g = torch.Generator().manual_seed(1000 + rank)
-    X, y = torch.randn(32, 12, generator=g), torch.randint(0, 4, (32,), generator=g)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    params = list(model.parameters())
-    raw, dec, sent, order = [], [], [], []
-    inner = hook.reduce
-
-    def reduce(bucket):  # the parameters' order in the bucket (DDP rebuilds it after step 1)
-        order.append([next(i for i, p in enumerate(params) if p is q) for q in bucket.parameters()])
-        return inner(bucket)
-
-    hook.reduce = reduce
-    for _ in range(steps):
-        loss = torch.nn.functional.cross_entropy(model.module(X), y)
-        raw.append(torch.cat([q.flatten() for q in torch.autograd.grad(loss, params)]))
-        opt.zero_grad()
-        before = hook.stats.sent_bytes
-        torch.nn.functional.cross_entropy(model(X), y).backward()
-        sent.append(hook.stats.sent_bytes - before)
-        dec.append(torch.cat([p.grad.flatten() for p in params]).clone())
-        opt.step()
-    err = [hook._error[id(p)] for p in params]
-    return {"raw": raw, "dec": dec, "sent": sent, "err": err, "order": order}
+    rec, hook, params = record_steps(rank, spec, steps, track_order=True)
+    return {**rec, "err": [hook._error[id(p)] for p in params]}
 
 
 def _py_quartic(q: list[int]) -> list[int]:
