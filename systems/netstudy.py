@@ -110,6 +110,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--iters", type=int, default=10, help="timed iterations per method")
     ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument(
+        "--timing",
+        choices=("sequential", "interleaved"),
+        default="sequential",
+        help="compute steps all before the full ones, or one before each (same machine load)",
+    )
     ap.add_argument("--batch", type=int, default=32, help="per-worker batch")
     ap.add_argument("--bucket-mb", type=float, default=25.0, help="DDP bucket cap (MiB)")
     ap.add_argument("--target-acc", type=float, default=0.9, help="test accuracy to reach")
@@ -139,6 +145,7 @@ def _launch(tb, args, methods: list[str], out: Path, accuracy: bool) -> dict:
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     worker = [
         "--model", args.model, "--iters", str(args.iters), "--warmup", str(args.warmup),
+        "--timing", args.timing,
         "--batch", str(args.batch), "--bucket-mb", str(args.bucket_mb), "--seed", str(args.seed),
         "--train-iters", str(args.train_iters if accuracy else 0), "--eval-every",
         str(args.eval_every), "--target-acc", str(args.target_acc), "--timeout",

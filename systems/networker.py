@@ -9,7 +9,10 @@ study's driver passes the arguments. For each method (``fp32``: DDP's own C++ al
    ``start_iter`` (DDP rebuilds its buckets after the first; the timed steps are the steady
    state; a hook's periodic refreshes, such as GreedyLore's every 200 steps, fall outside them);
 2. **compute**: ``--iters`` iterations of forward, backward and optimizer step under
-   ``model.no_sync()`` (no communication, no hook), the median kept;
+   ``model.no_sync()`` (no communication, no hook), the median kept; with ``--timing
+   sequential`` (the default) all of them before the full iterations, with ``interleaved`` one
+   before each full iteration, so that both see the same machine load (the local steps let the
+   replicas drift apart by a few local updates, which changes no timing);
 3. **iteration**: ``--iters`` full iterations, each started after a barrier (so workers start
    together and a slow one's wait is not counted as its compute); the median over iterations of
    the slowest worker's time is kept; the hook's encode/decode seconds and payload bytes per
@@ -158,21 +161,35 @@ def _measure(args, spec: str, train, test) -> dict:
     warmup = max(args.warmup, int(getattr(hook, "start_iter", 0)) + 1)
     for _ in range(warmup):
         _step(model, opt, next(batches))
-    compute = []
-    for _ in range(args.iters):
+    compute: list[float] = []
+    iters: list[float] = []
+
+    def local_step() -> None:  # forward, backward and step without communication or hook
         dist.barrier()
         t0 = time.perf_counter()
         with model.no_sync():
             _step(model, opt, next(batches))
         compute.append(time.perf_counter() - t0)
-    if hook is not None:
-        hook.stats.reset()
-    iters = []
-    for _ in range(args.iters):
+
+    def full_step() -> None:
         dist.barrier()
         t0 = time.perf_counter()
         _step(model, opt, next(batches))
         iters.append(time.perf_counter() - t0)
+
+    if args.timing == "sequential":  # all compute steps, then all full steps
+        for _ in range(args.iters):
+            local_step()
+        if hook is not None:
+            hook.stats.reset()
+        for _ in range(args.iters):
+            full_step()
+    else:  # interleaved: each full step right after a compute step, under the same load
+        if hook is not None:
+            hook.stats.reset()
+        for _ in range(args.iters):
+            local_step()
+            full_step()
     n = args.iters
     stats = vars(hook.stats) if hook is not None else {}
     enc = stats.get("encode_s", 0.0) / n
@@ -228,6 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--lr", type=float, default=0.05)
     ap.add_argument("--momentum", type=float, default=0.9)
     ap.add_argument("--bucket-mb", type=float, default=25.0)
+    ap.add_argument("--timing", choices=("sequential", "interleaved"), default="sequential")
     ap.add_argument("--train-iters", type=int, default=0)
     ap.add_argument("--eval-every", type=int, default=10)
     ap.add_argument("--target-acc", type=float, default=0.9)
