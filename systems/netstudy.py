@@ -113,8 +113,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--timing",
         choices=("sequential", "interleaved"),
-        default="sequential",
-        help="compute steps all before the full ones, or one before each (same machine load)",
+        default="interleaved",
+        help="a compute step before each full step (same machine load), or all compute first",
     )
     ap.add_argument("--batch", type=int, default=32, help="per-worker batch")
     ap.add_argument("--bucket-mb", type=float, default=25.0, help="DDP bucket cap (MiB)")

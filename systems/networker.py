@@ -10,8 +10,8 @@ study's driver passes the arguments. For each method (``fp32``: DDP's own C++ al
    state; a hook's periodic refreshes, such as GreedyLore's every 200 steps, fall outside them);
 2. **compute**: ``--iters`` iterations of forward, backward and optimizer step under
    ``model.no_sync()`` (no communication, no hook), the median kept; with ``--timing
-   sequential`` (the default) all of them before the full iterations, with ``interleaved`` one
-   before each full iteration, so that both see the same machine load (the local steps let the
+   interleaved`` (the default) one before each full iteration, so that both see the same machine
+   load, with ``sequential`` all of them before the full iterations (the local steps let the
    replicas drift apart by a few local updates, which changes no timing);
 3. **iteration**: ``--iters`` full iterations, each started after a barrier (so workers start
    together and a slow one's wait is not counted as its compute); the median over iterations of
@@ -245,7 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--lr", type=float, default=0.05)
     ap.add_argument("--momentum", type=float, default=0.9)
     ap.add_argument("--bucket-mb", type=float, default=25.0)
-    ap.add_argument("--timing", choices=("sequential", "interleaved"), default="sequential")
+    ap.add_argument("--timing", choices=("sequential", "interleaved"), default="interleaved")
     ap.add_argument("--train-iters", type=int, default=0)
     ap.add_argument("--eval-every", type=int, default=10)
     ap.add_argument("--target-acc", type=float, default=0.9)

@@ -151,10 +151,11 @@ def _check_theory(tmp: Path, out: str) -> None:
 
 
 def _check_hooks_list(tmp: Path, out: str) -> None:
-    names = [line.split()[0] for line in out.splitlines() if line and not line[0].isspace()]
-    assert {"fp16", "bf16", "allreduce"} <= set(names), out
-    assert all(("all-reduce" in line or "all-gather" in line) for line in out.splitlines()
-               if line and not line[0].isspace()), out  # fmt: skip
+    rows = [m.groups() for m in re.finditer(r"^(\S+)\s+(all-reduce|all-gather)\s", out, re.M)]
+    names = {name for name, _ in rows}
+    want = {"fp16", "bf16", "allreduce", "powersgd", "acp-sgd", "scalecom", "dgc", "comp"}
+    assert want <= names and len(rows) >= 13, out
+    assert dict(rows)["powersgd"] == "all-reduce" and dict(rows)["dgc"] == "all-gather", out
 
 
 def _check_resume(tmp: Path, out: str) -> None:
