@@ -91,7 +91,8 @@ def _check_methods(methods: list[str]) -> None:
 
     for m in methods:
         if m not in BASELINES:
-            parse_hook_spec(m)  # raises ValueError naming what is wrong
+            cls, kwargs = parse_hook_spec(m)  # raises ValueError naming what is wrong
+            cls(None, **kwargs)  # and so do the parameters' values (no process group needed)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -338,20 +338,28 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=None, help="write the JSON record here")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
-    record = bench(
-        split_hooks(args.hooks),
-        args.model,
-        args.device,
-        batch=args.batch,
-        warmup=args.warmup,
-        repeats=args.repeats,
-        seed=args.seed,
-        groups=args.groups,
-    )
+    try:
+        record = bench(
+            split_hooks(args.hooks),
+            args.model,
+            args.device,
+            batch=args.batch,
+            warmup=args.warmup,
+            repeats=args.repeats,
+            seed=args.seed,
+            groups=args.groups,
+        )
+    except ValueError as exc:  # bad input: the message names the value and what is allowed
+        sys.stderr.write(f"error: {exc}\n")
+        return 2
     sys.stdout.write(table(record) + "\n")
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump(record, f, indent=1)
+        try:
+            with open(args.out, "w") as f:
+                json.dump(record, f, indent=1)
+        except OSError as exc:
+            sys.stderr.write(f"error: cannot write --out {args.out!r}: {exc.strerror or exc}\n")
+            return 2
     return 0
 
 

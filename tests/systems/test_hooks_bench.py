@@ -69,3 +69,21 @@ def test_cpu_run_times_every_hook_and_skips_missing_ones(tmp_path):
                 assert 0 < enc + dec <= wall, spec
         else:
             assert "sent_bytes" not in r
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--device", "cuda"], "--device cuda: no CUDA device is available"),
+        (["--repeats", "0"], "repeats must be >= 1, got 0"),
+    ],
+)
+def test_bad_input_exits_2_with_a_message(argv, message, capsys):
+    import torch
+
+    from systems.hooks import bench
+
+    if argv[1] == "cuda" and torch.cuda.is_available():
+        pytest.skip("a CUDA device is present")
+    assert bench.main(argv) == 2
+    assert message in capsys.readouterr().err

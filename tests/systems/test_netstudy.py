@@ -65,6 +65,7 @@ def test_testbed_refuses_bad_links():
         (["--bandwidth", "fast"], "--bandwidth must be comma-separated numbers, got 'fast'"),
         (["--workers", "1"], "--workers values must be integers in [2, 16], got '1'"),
         (["--methods", "fp16;nope"], "unknown hook 'nope'; allowed:"),
+        (["--methods", "powersgd:rank=0"], "powersgd: rank must be"),
         (["--warmup", "1"], "--warmup must be >= 2, got 1"),
     ],
 )
