@@ -197,37 +197,54 @@ class ADIANA(Algorithm):
         return out
 
     def init(self, x0, problem, comm: Comm) -> ADIANAState:
-        if self.init_mode == "full":
-            h_i, h = initial_estimator("full", problem.grad(x0), self.compressor, comm)
-        else:
-            h_i = torch.zeros(problem.m, problem.d, dtype=problem.dtype, device=problem.device)
-            h = torch.zeros_like(h_i[0])
-        x_star = problem.x_star
-        star = None if x_star is None else problem.grad(x_star)
-        return ADIANAState(
-            x=x0.clone(), t=0, z=x0.clone(), w=x0.clone(), h_i=h_i, h=h, grad_star_i=star
-        )
+        return init_state(self.compressor, self.init_mode, x0, problem, comm)
 
     def _step(self, state: ADIANAState, problem, comm: Comm):
-        C, t, eta = self.compressor, state.t, self.gamma
         q = self.resolved(problem.n, problem.d)
-        th1, th2 = q["theta1"], q["theta2"]
-        x = th1 * state.z + th2 * state.w + (1.0 - th1 - th2) * state.x
-        at_x = C.encode(problem.grad(x) - state.h_i, comm.rng_for(C, t, tag=TAG_AT_X))
-        at_w = C.encode(problem.grad(state.w) - state.h_i, comm.rng_for(C, t, tag=TAG_AT_W))
-        mw_i = C.decode(at_w)
-        g = state.h + comm.reduce(at_x, C)
-        mw = comm.reduce(at_w, C, decoded=mw_i)
-        h_i = torch.add(state.h_i, mw_i, alpha=q["alpha"])
-        h = state.h + q["alpha"] * mw
-        comm.broadcast_full(problem.d)  # g^k: every node updates y, z, w and forms x^{k+1}
-        y = x - eta * g
-        z = q["beta"] * state.z + (1.0 - q["beta"]) * x + (q["gamma_z"] / eta) * (y - x)
-        refresh = comm.coin(t, q["p"], tag=TAG_ANCHOR)
-        w = state.x if refresh else state.w
-        extras = {"refresh": float(refresh)}
-        if state.grad_star_i is not None:
-            err = torch.sub(h_i, state.grad_star_i, out=mw_i)
-            extras["H"] = comm.monitor_mean(torch.linalg.vector_norm(err, dim=1) ** 2)
-        new = ADIANAState(x=y, t=t + 1, z=z, w=w, h_i=h_i, h=h, grad_star_i=state.grad_star_i)
-        return new, extras
+        return accelerated_round(
+            self.compressor, state, problem, comm, self.gamma, q["theta1"], q["theta2"],
+            q["gamma_z"], q["beta"], q["alpha"], q["p"],
+        )  # fmt: skip
+
+
+def init_state(C, init_mode: str, x0, problem, comm: Comm) -> ADIANAState:
+    """``y^0 = z^0 = w^0 = x^0`` and the shifts of ``init_mode`` (``full`` charges ``32 d``)."""
+    if init_mode == "full":
+        h_i, h = initial_estimator("full", problem.grad(x0), C, comm)
+    else:
+        h_i = torch.zeros(problem.m, problem.d, dtype=problem.dtype, device=problem.device)
+        h = torch.zeros_like(h_i[0])
+    x_star = problem.x_star
+    star = None if x_star is None else problem.grad(x_star)
+    return ADIANAState(
+        x=x0.clone(), t=0, z=x0.clone(), w=x0.clone(), h_i=h_i, h=h, grad_star_i=star
+    )
+
+
+def accelerated_round(
+    C, state: ADIANAState, problem, comm: Comm, eta: float, th1: float, th2: float,
+    gamma_z: float, beta: float, alpha: float, p: float,
+) -> tuple[ADIANAState, dict[str, float]]:  # fmt: skip
+    """One round of ADIANA's update (the class docstring's steps 1-3) with the coupling
+    ``theta1, theta2``, the ``z`` step ``gamma_z`` and averaging ``beta`` given: shared by
+    ADIANA (constant parameters) and CANITA (a schedule in ``t``)."""
+    t = state.t
+    x = th1 * state.z + th2 * state.w + (1.0 - th1 - th2) * state.x
+    at_x = C.encode(problem.grad(x) - state.h_i, comm.rng_for(C, t, tag=TAG_AT_X))
+    at_w = C.encode(problem.grad(state.w) - state.h_i, comm.rng_for(C, t, tag=TAG_AT_W))
+    mw_i = C.decode(at_w)
+    g = state.h + comm.reduce(at_x, C)
+    mw = comm.reduce(at_w, C, decoded=mw_i)
+    h_i = torch.add(state.h_i, mw_i, alpha=alpha)
+    h = state.h + alpha * mw
+    comm.broadcast_full(problem.d)  # g^k: every node updates y, z, w and forms x^{k+1}
+    y = x - eta * g
+    z = beta * state.z + (1.0 - beta) * x + (gamma_z / eta) * (y - x)
+    refresh = comm.coin(t, p, tag=TAG_ANCHOR)
+    w = state.x if refresh else state.w
+    extras = {"refresh": float(refresh)}
+    if state.grad_star_i is not None:
+        err = torch.sub(h_i, state.grad_star_i, out=mw_i)
+        extras["H"] = comm.monitor_mean(torch.linalg.vector_norm(err, dim=1) ** 2)
+    new = ADIANAState(x=y, t=t + 1, z=z, w=w, h_i=h_i, h=h, grad_star_i=state.grad_star_i)
+    return new, extras

@@ -10,6 +10,7 @@ from algorithms.byz_dasha_page import ByzDASHAPAGE
 from algorithms.byz_ef21 import ByzEF21
 from algorithms.byz_vr_marina import ByzVRMARINA
 from algorithms.cafe import CAFe, CAFeS
+from algorithms.canita import CANITA
 from algorithms.comp_ams import CompAMS
 from algorithms.compressed_scaffnew import CompressedScaffnew
 from algorithms.dasha import DASHA
@@ -60,6 +61,7 @@ ALGORITHMS: dict[str, type[Algorithm]] = {
     "ef-bv": EFBV,
     "diana": DIANA,
     "adiana": ADIANA,
+    "canita": CANITA,
     "dcgd-plus": DCGDPlus,
     "diana-plus": DIANAPlus,
     "marina": MARINA,

@@ -1,4 +1,4 @@
-"""Step sizes and parameters of the accelerated unbiased-compression family: ADIANA.
+"""Step sizes and parameters of the accelerated unbiased-compression family: ADIANA, CANITA.
 
 ADIANA: Li, Kovalev, Qian & Richtárik 2020, "Acceleration for Compressed Gradient Descent in
 Distributed and Federated Optimization", ICML 2020, arXiv 2002.11364, Algorithm 2 and its
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["adiana_alpha", "adiana_eta", "adiana_momentum", "adiana_p"]
+__all__ = ["adiana_alpha", "adiana_eta", "adiana_momentum", "adiana_p", "canita_theta1"]
 
 
 def _check_omega_n(omega: float, n: int) -> None:
@@ -74,3 +74,14 @@ def adiana_momentum(
     if gamma_z is None:
         gamma_z = eta / (2.0 * (theta1 + eta * mu))
     return theta1, gamma_z, 1.0 - gamma_z * mu
+
+
+def canita_theta1(t: int, p: float, t0: float = 4.0) -> float:
+    """CANITA's coupling as reconstructed here ([U]: the paper's schedule not read):
+    ``theta1_t = min(1/2, 2/(p t + t0))``, Katyusha^ns's ``2/(s + 4)`` with the epoch count
+    ``s`` replaced by the expected number ``p t`` of anchor refreshes after ``t`` rounds."""
+    if t < 0:
+        raise ValueError(f"t must be >= 0, got {t}")
+    if not 0 < p <= 1:
+        raise ValueError(f"p must be in (0, 1], got {p}")
+    return min(0.5, 2.0 / (p * t + t0))

@@ -9,14 +9,28 @@ import math
 import pytest
 
 from algorithms.adiana import ADIANA
+from algorithms.canita import CANITA
 from compressors import parse_spec
 from theory_checks import accelerated
 from theory_checks.base import run_power
 
 
-def test_the_check_names_acceleration_removed():
-    (check,) = accelerated.CHECKS
-    assert check.fast and {v.name for v in check.variants} == {"theta1=0", "z-frozen"}
+def test_the_checks_name_acceleration_removed():
+    adiana, canita = accelerated.CHECKS
+    assert adiana.fast and {v.name for v in adiana.variants} == {"theta1=0", "z-frozen"}
+    assert not canita.fast  # about 35 s fast, 10 min full: the slow suite runs its power
+    assert {v.name for v in canita.variants} == {"theta1=0", "coupling-never-grows"}
+
+
+def test_rounds_to_gaps_counts_every_tolerance_and_censors():
+    p = accelerated.canita_problem()
+    assert p.consts.mu == pytest.approx(p.lam) and abs(p._sigma) < 1e-12  # A_i = a_i T
+    C = parse_spec(f"randk:k={accelerated.CK}")
+    algo, _ = CANITA.configure(p, C)
+    rounds, bits = accelerated.rounds_to_gaps(algo, p, (0.5, 0.1), seed=0, T_max=1000)
+    assert 1 <= rounds[0] <= rounds[1] < 1000 and bits == rounds[1] * 2 * C.bits(p.d)
+    short, inf_bits = accelerated.rounds_to_gaps(algo, p, (0.5, 0.1), 0, int(rounds[0]))
+    assert short == [rounds[0], math.inf] and inf_bits == math.inf
 
 
 def test_rounds_to_distance_counts_rounds_bits_and_censors():
@@ -36,4 +50,11 @@ def test_rounds_to_distance_counts_rounds_bits_and_censors():
 @pytest.mark.slow
 def test_full_check_has_power():
     rows = run_power(accelerated.CHECKS[0], fast=False)
+    assert [r.verdict for r in rows] == ["pass", "rejected", "rejected"], rows
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fast", [True, False])
+def test_canita_check_has_power(fast):
+    rows = run_power(accelerated.CHECKS[1], fast=fast)
     assert [r.verdict for r in rows] == ["pass", "rejected", "rejected"], rows
