@@ -287,6 +287,8 @@ def _restrict(grid: dict[str, Any], only: dict[str, list[str]], name: str) -> di
                 f"{name}: --only {axis}=...: no grid axis {axis!r}; axes: {', '.join(listed)}"
             )
         texts = {_axis_text(v): v for v in grid[axis]}
+        if ",".join(wanted) in texts and not all(w in texts for w in wanted):
+            wanted = [",".join(wanted)]  # one value whose text has commas (a problem_opt list)
         missing = [w for w in wanted if w not in texts]
         if missing:
             raise ValueError(
@@ -815,7 +817,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="AXIS=V1,V2",
-        help="run (and record) a slice of the grid: that axis cut to those values (repeatable)",
+        help="run (and record) a slice of the grid: that axis cut to those values (repeatable; "
+        "a value whose text has commas, a problem_opt list, is given whole)",
     )
     ap.add_argument("--quiet", action="store_true", help="no progress output")
     ap.add_argument("--write-golden", action="store_true", help="record golden.json (with --quick)")

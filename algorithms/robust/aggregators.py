@@ -8,7 +8,8 @@ Def. A; Gorbunov, Horváth, Richtárik & Gidel 2022, arXiv 2206.00529, Def. 1.1)
 geometric median and Krum are (delta, c)-robust only after **bucketing** (:func:`bucketing`:
 shuffle, average buckets of ``s``, aggregate the bucket means), with ``s = floor(delta_max /
 delta)`` and ``c = O(1)`` (Karimireddy et al., Thm I); centred clipping is robust from a good
-centre (Karimireddy, He & Jaggi 2021, arXiv 2012.10333).
+centre (Karimireddy, He & Jaggi 2021, arXiv 2012.10333). The coordinate-wise trimmed mean
+(Yin et al. 2018) trims the number of Byzantine nodes from each side.
 
 Definitions and default parameters follow epfml/byzantine-robust-noniid-optimizer
 (``codes/aggregator``: ``CM``, ``RFA(T=8, nu=0.1)``, ``Krum(m=1)``, ``Clipping(tau, n_iter=3)``)
@@ -29,6 +30,7 @@ __all__ = [
     "geometric_median",
     "krum",
     "mean",
+    "trimmed_mean",
 ]
 
 
@@ -42,6 +44,15 @@ def coordinate_median(x: torch.Tensor) -> torch.Tensor:
     (``numpy.median``'s convention, as the reference code; ``torch.median`` takes the lower)."""
     s, n = x.sort(dim=0).values, x.shape[0]
     return 0.5 * (s[(n - 1) // 2] + s[n // 2])
+
+
+def trimmed_mean(x: torch.Tensor, b: int) -> torch.Tensor:
+    """Coordinate-wise trimmed mean (Yin, Chen, Ramchandran & Bartlett 2018, arXiv 1803.01498,
+    Def. 2): per coordinate, the ``b`` largest and ``b`` smallest values dropped and the other
+    ``n - 2b`` averaged; ``b`` is cut to ``floor((n - 1)/2)`` so that one value is left."""
+    n = x.shape[0]
+    b = max(0, min(int(b), (n - 1) // 2))
+    return x.sort(dim=0).values[b : n - b].mean(dim=0)
 
 
 def geometric_median(x: torch.Tensor, iters: int = 8, nu: float = 0.1) -> torch.Tensor:
@@ -97,7 +108,7 @@ def bucketing(x: torch.Tensor, s: int, perm: torch.Tensor) -> torch.Tensor:
 
 
 #: Aggregator names on the command line (``--aggregator``).
-AGGREGATORS = ("mean", "cm", "gm", "krum", "cc")
+AGGREGATORS = ("mean", "cm", "gm", "krum", "cc", "tm")
 
 
 def aggregate(
@@ -116,7 +127,8 @@ def aggregate(
 ) -> torch.Tensor:
     """``ARAgg`` named ``name`` of the rows ``x`` ``(n, d)``, after bucketing by ``bucket``
     with the permutation ``perm`` (the server's draw). ``f``: the number of Byzantine nodes
-    Krum assumes (among the buckets: ``ceil(f/s)`` at most can hold one)."""
+    Krum assumes and the trimmed mean (``tm``) trims from each side (among the buckets:
+    ``ceil(f/s)`` at most can hold one)."""
     if bucket > 1:
         if perm is None:
             raise ValueError("bucketing needs the server's permutation perm")
@@ -132,4 +144,6 @@ def aggregate(
         return krum(x, f, krum_m)
     if name == "cc":
         return centered_clipping(x, center, cc_tau, cc_iters)
+    if name == "tm":
+        return trimmed_mean(x, f)
     raise ValueError(f"aggregator must be one of {', '.join(AGGREGATORS)}, got {name!r}")

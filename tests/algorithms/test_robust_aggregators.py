@@ -15,6 +15,7 @@ from algorithms.robust.aggregators import (
     coordinate_median,
     geometric_median,
     krum,
+    trimmed_mean,
 )
 from algorithms.robust.attacks import alie_z, attack, byzantine_mask
 
@@ -38,6 +39,15 @@ def test_krum_exact():
     torch.testing.assert_close(krum(x, f=1, m=2), t([1.5]))
 
 
+def test_trimmed_mean_exact():
+    x = t([[1, 50], [2, 3], [100, -7], [4, 4], [5, 5]])
+    # per coordinate: drop 1 smallest and 1 largest, average the middle 3
+    torch.testing.assert_close(trimmed_mean(x, 1), t([11 / 3, 4]))
+    torch.testing.assert_close(trimmed_mean(x, 0), x.mean(0))
+    torch.testing.assert_close(trimmed_mean(x, 9), coordinate_median(x))  # capped: the median
+    torch.testing.assert_close(aggregate("tm", x, f=1), t([11 / 3, 4]))
+
+
 def test_geometric_median_converges_to_the_1d_median():
     x = t([[0.0], [1.0], [10.0]])
     torch.testing.assert_close(geometric_median(x, iters=200, nu=1e-9), t([1.0]), atol=1e-6, rtol=0)
@@ -55,7 +65,7 @@ def test_centered_clipping():
     assert float(out.norm()) <= 3.0 + 1e-12  # each iteration moves at most tau
 
 
-@pytest.mark.parametrize("name", ["mean", "cm", "gm", "krum", "cc"])
+@pytest.mark.parametrize("name", ["mean", "cm", "gm", "krum", "cc", "tm"])
 def test_permutation_invariance(name):
     gen = torch.Generator().manual_seed(1)
     x = torch.randn(9, 5, generator=gen, dtype=D64)
@@ -81,7 +91,7 @@ def pairwise_sigma2(h: torch.Tensor) -> float:
     return float(torch.cdist(h, h).square().sum()) / (G * (G - 1))
 
 
-@pytest.mark.parametrize("name", ["cm", "gm", "krum"])
+@pytest.mark.parametrize("name", ["cm", "gm", "krum", "tm"])
 @pytest.mark.parametrize("bad", ["far", "alie", "ipm"])
 def test_delta_c_robustness_on_a_constructed_instance(name, bad):
     """(delta, c)-robustness (arXiv 2206.00529, Def. 1.1) with bucketing s = 2: the output's

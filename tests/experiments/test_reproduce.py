@@ -323,6 +323,14 @@ def test_only_cuts_a_grid_axis_and_records_the_slice_on_its_own():
     assert r2["runs"]["nodes=10"]["verdict"] == v1
 
 
+def test_only_takes_a_value_whose_text_has_commas():
+    cell = "family=tridiagonal,dim=1000,s=0.2"
+    paper = rp.load_paper("3pc-quadratic", only={"problem_opt": cell.split(","), "nodes": ["100"]})
+    assert paper.sweep["grid"]["problem_opt"] == [cell.split(",")]
+    assert rp.slice_label(paper.only) == f"problem_opt={cell};nodes=100"
+    assert rp.parse_only(f"problem_opt={cell}") == ("problem_opt", cell.split(","))
+
+
 @pytest.mark.parametrize(
     "only, message",
     [
