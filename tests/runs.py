@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+from dataclasses import replace
 from pathlib import Path
+
+import torch
 
 from algorithms.comm import SimulatedComm
 
@@ -39,3 +42,16 @@ def torch_dist_helpers():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def scrambled_accelerated(state, seed: int):
+    """An ADIANA/CANITA state with ``y, z, w`` and the shifts moved apart (``h = mean h_i``
+    kept), so every term of the update matters."""
+    gen = torch.Generator().manual_seed(seed)
+
+    def noise(t):
+        return torch.randn(t.shape, generator=gen, dtype=t.dtype)
+
+    h_i = state.h_i + noise(state.h_i)
+    return replace(state, x=state.x + noise(state.x), z=state.z + noise(state.z),
+                   w=state.w + noise(state.w), h_i=h_i, h=h_i.mean(0))  # fmt: skip

@@ -10,6 +10,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+from runs import scrambled_accelerated as scrambled
 from runs import torch_dist_helpers, trajectory
 
 from algorithms.adiana import ADIANA, TAG_AT_W, TAG_AT_X
@@ -20,19 +21,6 @@ from algorithms.stepsizes.accelerated import adiana_eta, adiana_momentum, adiana
 from compressors import parse_spec
 
 # The problems (quad, nonconvex, ridge) are the shared fixtures of tests/algorithms/conftest.py.
-
-
-def scrambled(state, seed: int):
-    """The same state with y, z, w and the shifts moved apart, so every term of the update
-    matters."""
-    gen = torch.Generator().manual_seed(seed)
-
-    def noise(t):
-        return torch.randn(t.shape, generator=gen, dtype=t.dtype)
-
-    h_i = state.h_i + noise(state.h_i)
-    return replace(state, x=state.x + noise(state.x), z=state.z + noise(state.z),
-                   w=state.w + noise(state.w), h_i=h_i, h=h_i.mean(0))  # fmt: skip
 
 
 @pytest.mark.parametrize("spec", ["identity", "randk:k=3"])

@@ -11,6 +11,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+from runs import scrambled_accelerated as scrambled
 from runs import torch_dist_helpers, trajectory
 
 from algorithms.adiana import TAG_AT_W, TAG_AT_X
@@ -20,18 +21,6 @@ from algorithms.registry import ALGORITHMS
 from algorithms.run import run
 from algorithms.stepsizes.accelerated import adiana_eta, adiana_p, canita_theta1
 from compressors import parse_spec
-
-
-def scrambled(state, seed: int):
-    """The same state with y, z, w and the shifts moved apart, so every term matters."""
-    gen = torch.Generator().manual_seed(seed)
-
-    def noise(t):
-        return torch.randn(t.shape, generator=gen, dtype=t.dtype)
-
-    h_i = state.h_i + noise(state.h_i)
-    return replace(state, x=state.x + noise(state.x), z=state.z + noise(state.z),
-                   w=state.w + noise(state.w), h_i=h_i, h=h_i.mean(0))  # fmt: skip
 
 
 @pytest.mark.parametrize("spec", ["identity", "randk:k=3"])
