@@ -57,7 +57,8 @@ def parity(tmp_path, nproc: int, argv: list[str]) -> None:
     [
         ["ef21", "--compressor", "topk:k=2"],  # deterministic compressor
         ["marina", "--compressor", "randk:k=3"],  # per-node streams, a shared coin, all-gather
-        ["marina", "--compressor", "randk:k=3,shared=true"],  # one support: all-reduce of k
+        # one support, an all-reduce of k values: in the dist suite (the default's budget)
+        pytest.param(["marina", "--compressor", "randk:k=3,shared=true"], marks=pytest.mark.dist),
     ],
 )
 def test_gloo_two_processes_match_the_simulation(tmp_path, argv):
@@ -140,6 +141,7 @@ def test_sharded_nodes_match_the_simulation_for_every_method(tmp_path, argv, npr
     sharded_parity(tmp_path, nproc, nodes, argv)
 
 
+@pytest.mark.dist  # about 17 s: the default suite's budget (a plain gloo resume stays there)
 def test_a_sharded_run_resumes_on_another_process_count(tmp_path):
     argv = ["diana", "--compressor", "randk:k=3", "--problem", "quadratic", "--seed", "4",
             "--log-every", "1", "--quiet", "--nodes", "6"]  # fmt: skip
@@ -194,7 +196,8 @@ def wait_for_rows(path, count: int, procs, limit: float = 120.0) -> None:
     raise AssertionError(f"{path} never reached {count} rows")
 
 
-@pytest.mark.parametrize("fault", ["killed", "hung"])
+# The hung case waits out a timeout (about 15 s): in the dist suite, the killed case by default.
+@pytest.mark.parametrize("fault", ["killed", pytest.param("hung", marks=pytest.mark.dist)])
 def test_a_dead_or_hung_rank_makes_the_others_fail_within_the_timeout(tmp_path, fault):
     timeout = 12  # above the ranks' start-up skew on a loaded 2-core machine
     argv = ["ef21", "--compressor", "topk:k=2", "--problem", "quadratic", "--iters", "100000",
