@@ -111,7 +111,10 @@ class CANITA(Algorithm):
         )
 
     def resolved(self, n: int, d: int) -> dict[str, float]:
-        """``alpha``, ``p`` and ``theta2``, the ones left ``None`` from theory."""
+        """``alpha``, ``p`` and ``theta2``, the ones left ``None`` from theory (``configure``
+        fills them, so a configured method's round computes nothing here)."""
+        if None not in (self.alpha, self.p, self.theta2):
+            return {"alpha": self.alpha, "p": self.p, "theta2": self.theta2}
         omega = effective_omega(self.compressor, d)
         return {
             "alpha": self.alpha if self.alpha is not None else adiana_alpha(omega),
