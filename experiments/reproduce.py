@@ -31,6 +31,12 @@ median over seeds (``inf`` when half or more of the seeds never get there); the 
 has the smallest median (ties: the smaller multiplier). The verdict reports that median with the
 smallest and largest value over the seeds and how many seeds reached the tolerance.
 
+``--prune`` (for grids too large to run every multiplier to the end): runs start largest
+multiplier first and each is cut at its method's best median so far (the sweep's pruning,
+:mod:`experiments.sweep`). The winners and their medians are those of the unpruned grid; a seed
+cut there counts as not reached, so ``reached`` and ``bits_max`` can be lower than unpruned for
+the winner's seeds above its median. The verdict says ``"pruned": true``.
+
 The command runs the sweep (:func:`experiments.sweep.run_sweep`) into ``OUT`` (default
 ``runs/reproduce/NAME``, with ``-quick`` and the data set's name appended when they apply),
 draws ``OUT/figure.png`` (and ``.pdf``), writes ``OUT/verdict.json``, prints the verdict and
@@ -618,6 +624,7 @@ def reproduce(
     dataset: str | None = None,
     progress: bool = True,
     only: dict[str, list[str]] | None = None,
+    prune: bool = False,
 ) -> dict[str, Any]:
     """Run a reproduction: the sweep, the figure and the claim's verdict.
 
@@ -629,6 +636,9 @@ def reproduce(
         dataset: one data set instead of the config's (see :func:`load_paper`).
         progress: show the sweep's progress bar.
         only: a slice of the grid (see :func:`load_paper`).
+        prune: cut each run at its method's best median bits to tolerance so far
+            (:mod:`experiments.sweep`, "Pruning"): the same winners and medians, losing runs
+            shorter (their seeds then count as not reached).
 
     Returns:
         The verdict (also written to ``OUT/verdict.json``).
@@ -644,7 +654,7 @@ def reproduce(
     out = Path(out) if out is not None else default_out(paper)
     cfg = load_config(paper.sweep)
     t0 = time.perf_counter()
-    run_sweep(cfg, out, jobs=jobs, progress=progress)
+    run_sweep(cfg, out, jobs=jobs, progress=progress, prune="median" if prune else None)
     seconds = time.perf_counter() - t0
     rows = []
     for spec in cfg.runs():
@@ -670,6 +680,7 @@ def reproduce(
         "tol": claim.tol,
         "bits": claim.bits,
         "seed_rule": "median over seeds of bits to tol (never/diverged = inf)",
+        "pruned": bool(prune),
         "runs": len(rows),
         "sweep_seconds": round(seconds, 2),
         **evaluate(cells, paper),
@@ -820,6 +831,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="run (and record) a slice of the grid: that axis cut to those values (repeatable; "
         "a value whose text has commas, a problem_opt list, is given whole)",
     )
+    ap.add_argument(
+        "--prune",
+        action="store_true",
+        help="cut each run at its method's best median bits to tolerance so far (same winners "
+        "and medians; losing runs shorter, their seeds counted as not reached)",
+    )
     ap.add_argument("--quiet", action="store_true", help="no progress output")
     ap.add_argument("--write-golden", action="store_true", help="record golden.json (with --quick)")
     ap.add_argument("--record", action="store_true", help="record results.json (full version)")
@@ -948,6 +965,7 @@ def main(argv: list[str] | None = None) -> int:
             dataset=args.dataset,
             progress=not args.quiet,
             only=only or None,
+            prune=args.prune,
         )
     except DataMissing as exc:
         sys.stdout.write(f"{exc}\n")

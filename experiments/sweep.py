@@ -27,6 +27,21 @@ runner's stop reason (``completed``, ``diverged``, ``tolerance``, ``max_bits``).
 the exit status and the stderr tail go to ``stderr.txt`` and the ``error`` column, and the sweep
 goes on. ``missing`` marks a run not attempted yet.
 
+Pruning (``prune``, ``--prune``; the ``pool`` executor, rule ``bits_to_tol``): the papers'
+protocol keeps, per group, the multiplier with the fewest bits to ``tol``, so a run need not go
+on once it has spent more than the group's best so far. The runs then start largest multiplier
+first (the fastest to reach ``tol`` or to diverge), and each run is given the runner's
+``--max-bits`` budget: the least pooled bits to ``tol`` over the group's multipliers whose runs
+have all finished (``mean`` or ``median`` over seeds, the pooling of whoever selects; the
+budget is that value for one seed or an odd number of seeds under ``median``, twice it for an
+even number, ``k`` times it for ``k`` seeds under ``mean``: a seed above it cannot be part of a
+winning pool). A run cut there ends with status ``max_bits`` and never reached ``tol``: exactly
+what the unpruned run would score against the winner, so the chosen multiplier, its pooled
+value and every value at or below it are those of the unpruned sweep; only runs that lose
+(and the losing seeds of the winner, which then count as not reached) are shorter. This
+assumes iteration 0 costs the same bits in every run of a group (a fixed-size first message);
+a group whose finished runs differ there is not pruned.
+
 Resuming: running the same config into the same folder skips finished runs and never touches
 their files; an unfinished folder (killed or failed earlier) is the sweep's own and is rerun
 from scratch. A folder holding a different config, or files that are not a sweep, is refused.
@@ -43,9 +58,11 @@ import contextlib
 import csv
 import json
 import logging
+import math
 import os
 import queue
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -57,7 +74,7 @@ from typing import Any
 from tqdm import tqdm
 
 from experiments.config import RunSpec, Selection, SweepConfig, load_config
-from experiments.select import HISTORY_COLUMNS, best, bits_to_tol
+from experiments.select import HISTORY_COLUMNS, best, bits_to_tol, group_key, run_score
 from experiments.zygote import READY
 
 log = logging.getLogger("compzoo.sweep")
@@ -65,6 +82,7 @@ log = logging.getLogger("compzoo.sweep")
 ROOT = Path(__file__).resolve().parents[1]
 STDERR_TAIL = 4000
 EXECUTORS = ("pool", "local", "slurm")
+PRUNE_POOLS = ("mean", "median")  # how seeds are pooled by the selection a pruned sweep serves
 FORK_ENV = "COMPZOO_SWEEP_FORK"  # "0": every run a plain subprocess (no fork server)
 
 
@@ -75,6 +93,7 @@ def run_sweep(
     progress: bool = True,
     executor: str = "pool",
     cluster: dict | None = None,
+    prune: str | None = None,
 ) -> Path:
     """Run every unfinished run of ``config`` into ``out`` and write the tables.
 
@@ -87,33 +106,50 @@ def run_sweep(
             or ``slurm`` (a SLURM job array, :mod:`experiments.cluster`).
         cluster: the job options of ``local``/``slurm``: ``partition``, ``time_min``,
             ``gpus_per_run``, ``tasks_per_run``, ``array_parallelism``, ``signal_delay_s``.
+        prune: ``"mean"`` or ``"median"``: cut each run at its group's best bits to ``tol`` so
+            far, seeds pooled that way (see the module doc); None (default): no pruning.
 
     Returns:
         ``out`` as a ``Path``.
 
     Raises:
-        ValueError: ``jobs`` < 1, ``out`` holds a different sweep or non-sweep files, or
-            another live sweep holds ``out``.
+        ValueError: ``jobs`` < 1, ``out`` holds a different sweep or non-sweep files,
+            another live sweep holds ``out``, or ``prune`` is unknown or cannot apply (not the
+            ``pool`` executor, or a rule other than ``bits_to_tol``).
     """
     cfg = config if isinstance(config, SweepConfig) else load_config(config)
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"jobs must be an integer >= 1, got {jobs!r}")
     if executor not in EXECUTORS:
         raise ValueError(f"executor must be one of {', '.join(EXECUTORS)}, got {executor!r}")
+    if prune is not None:
+        if prune not in PRUNE_POOLS:
+            raise ValueError(f"prune must be one of {', '.join(PRUNE_POOLS)}, got {prune!r}")
+        if executor != "pool":
+            raise ValueError(f"pruning needs the pool executor, not {executor!r}")
+        if cfg.select.rule != "bits_to_tol":
+            raise ValueError(
+                f"pruning needs select.rule 'bits_to_tol' (fewest bits), not {cfg.select.rule!r}"
+            )
     out = Path(out)
     _claim(out, cfg)
     with _lock(out):
         if executor == "pool":
-            _run_all(cfg, out, jobs, progress)
+            _run_all(cfg, out, jobs, progress, prune)
         else:
             _run_jobs(cfg, out, executor, cluster or {}, progress)
         write_tables(cfg, out)
     return out
 
 
-def _run_all(cfg: SweepConfig, out: Path, jobs: int, progress: bool) -> None:
+def _run_all(
+    cfg: SweepConfig, out: Path, jobs: int, progress: bool, prune: str | None = None
+) -> None:
     specs = cfg.runs()
     todo = [s for s in specs if _summary(out / "runs" / s.run_id) is None]
+    budget = _Budget(cfg, specs, out, prune) if prune is not None else None
+    if budget is not None:
+        todo.sort(key=lambda s: -float(s.params.get("step_mult", 1.0)))  # stable: config order
     env = _env()
     bar = tqdm(
         total=len(specs),
@@ -128,7 +164,8 @@ def _run_all(cfg: SweepConfig, out: Path, jobs: int, progress: bool) -> None:
     try:
         with ThreadPoolExecutor(max_workers=jobs) as pool:
             futures = [
-                pool.submit(_execute, s, out / "runs" / s.run_id, env, servers) for s in todo
+                pool.submit(_execute, s, out / "runs" / s.run_id, env, servers, budget)
+                for s in todo
             ]
             for fut in as_completed(futures):
                 if fut.result() == "failed":
@@ -335,14 +372,21 @@ def _env() -> dict[str, str]:
 
 
 def _execute(
-    spec: RunSpec, run_dir: Path, env: dict[str, str], servers: _Servers | None = None
+    spec: RunSpec,
+    run_dir: Path,
+    env: dict[str, str],
+    servers: _Servers | None = None,
+    budget: _Budget | None = None,
 ) -> str:
     """One run, forked from a fork server or in a subprocess; its status (``failed`` leaves
-    ``stderr.txt``)."""
+    ``stderr.txt``). With ``budget``, the run gets its group's bits budget as it starts."""
     if run_dir.exists():
         shutil.rmtree(run_dir)  # the sweep's own unfinished run: start it afresh
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     argv = [*spec.argv, "--quiet", "--out", str(run_dir), "--overwrite"]
+    cap = budget.max_bits(spec) if budget is not None else None
+    if cap is not None:
+        argv += ["--max-bits", repr(cap)]
     code, stderr = None, ""
     proc = servers.take() if servers is not None else None
     if proc is not None:
@@ -372,6 +416,71 @@ def _execute(
     last = tail.strip().splitlines()[-1] if tail.strip() else "(no stderr)"
     log.warning("run %s failed (exit status %d): %s", spec.run_id, code, last)
     return "failed"
+
+
+class _Budget:
+    """The bits budget of a pruned sweep's next run (module doc, "Pruning").
+
+    A group's finished runs are read once each (a finished run never changes) under a lock:
+    the pool's threads ask as their runs start.
+    """
+
+    def __init__(self, cfg: SweepConfig, specs: list[RunSpec], out: Path, pool: str) -> None:
+        self._sel = cfg.select
+        self._out = out
+        self._pool = pool
+        self._groups: dict[tuple, dict[float, list[str]]] = {}
+        for s in specs:
+            by_mult = self._groups.setdefault(group_key(s.params), {})
+            by_mult.setdefault(float(s.params.get("step_mult", 1.0)), []).append(s.run_id)
+        self._read: dict[str, tuple[float, float] | None] = {}  # run_id -> (bits, bits at 0)
+        self._lock = threading.Lock()
+
+    def max_bits(self, spec: RunSpec) -> float | None:
+        """The runner's ``--max-bits`` for ``spec`` (the smaller of the budget and its own),
+        or None: no multiplier of its group has all its runs finished with a finite score, or
+        the group's runs differ in their iteration-0 bits."""
+        by_mult = self._groups[group_key(spec.params)]
+        with self._lock:
+            pooled, starts = [], set()
+            for ids in by_mult.values():
+                seen = [self._score(i) for i in ids]
+                if any(v is None for v in seen):
+                    continue  # a run of this multiplier has not finished yet
+                starts |= {v[1] for v in seen}
+                pooled.append(self._pooled([v[0] for v in seen]))
+        best_so_far = min(pooled, default=math.inf)
+        if not math.isfinite(best_so_far) or len(starts) > 1:
+            return None
+        k = len(by_mult[float(spec.params.get("step_mult", 1.0))])
+        factor = k if self._pool == "mean" else (1 if k % 2 else 2)
+        cap = factor * best_so_far + 1.0  # the runner stops at >= cap: a tie still reaches tol
+        own = spec.params.get("max_bits")
+        return min(cap, float(own)) if own not in (None, "") else cap
+
+    def _pooled(self, values: list[float]) -> float:
+        if any(math.isinf(v) for v in values) and self._pool == "mean":
+            return math.inf
+        return float(statistics.median(sorted(values))) if self._pool == "median" else (
+            sum(values) / len(values)
+        )  # fmt: skip
+
+    def _score(self, run_id: str) -> tuple[float, float] | None:
+        """(bits to tol, bits at iteration 0) of a finished run (``inf``: did not score), or
+        None while it has not finished."""
+        if run_id in self._read:
+            return self._read[run_id]
+        run_dir = self._out / "runs" / run_id
+        summary = _summary(run_dir)
+        if summary is None:
+            return None
+        rows = _history(run_dir)
+        start = float(rows[0]["bits_up"]) if rows and rows[0].get("bits_up") else 0.0
+        status = {"status": str(summary.get("reason", "completed"))}
+        bits = bits_to_tol(rows, self._sel.metric, self._sel.tol) if rows else None
+        value = run_score({**status, "bits_to_tol": bits}, self._sel)
+        self._read[run_id] = (value, start)
+        return self._read[run_id]
 
 
 def _summary(run_dir: Path) -> dict | None:
@@ -487,6 +596,12 @@ def main(argv: list[str] | None = None) -> int:
         "--jobs", type=int, default=os.cpu_count() or 1, help="runs at once (default: CPUs)"
     )
     ap.add_argument("--quiet", action="store_true", help="no progress bar")
+    ap.add_argument(
+        "--prune",
+        action="store_true",
+        help="cut each run at its group's best bits to tol so far (select.rule bits_to_tol; "
+        "the chosen multipliers and values are unchanged, losing runs are shorter)",
+    )
     ap.add_argument("--executor", default="pool", choices=EXECUTORS,
                     help="pool: processes here (default); local: submitit's local executor; "
                     "slurm: a SLURM job array through submitit")  # fmt: skip
@@ -529,7 +644,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load_config(args.config)
         out = run_sweep(
             cfg, args.out or Path("runs") / "sweeps" / cfg.name, args.jobs, not args.quiet,
-            args.executor, cluster_opts,
+            args.executor, cluster_opts, "mean" if args.prune else None,
         )  # fmt: skip
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
