@@ -70,7 +70,8 @@ class NEOLITHIC(Algorithm):
     Huang, Chen, Yin & Yuan, "Lower Bounds and Nearly Optimal Algorithms in Distributed Learning
     with Communication Compression", NeurIPS 2022, arXiv 2206.03665 (non-convex); the
     accelerated version and the convex lower bounds: He, Huang, Chen, Yin & Yuan 2023, arXiv
-    2305.07612 (not implemented here: no Nesterov momentum).
+    2305.07612 (a labelled reconstruction with Nesterov momentum:
+    :class:`algorithms.neolithic_acc.NEOLITHICAcc`, ``neolithic-acc``).
 
     What was read: the two abstracts and secondary summaries only; the algorithm box (its line
     numbers) and the theorem could not be read. The update below is the method as those sources
@@ -181,12 +182,19 @@ class NEOLITHIC(Algorithm):
         return NEOLITHICState(x=x0.clone(), t=0, e_i=e_i, e=torch.zeros_like(x0))
 
     def _step(self, state: NEOLITHICState, problem, comm: Comm):
+        u, e_i, e, info = self._round(state, state.x, problem, comm)
+        return NEOLITHICState(x=state.x - self.gamma * u, t=state.t + 1, e_i=e_i, e=e), info
+
+    def _round(self, state: NEOLITHICState, at: torch.Tensor, problem, comm: Comm):
+        """One round's message at the point ``at`` (``x^k``; the accelerated variant's
+        extrapolated point): the direction ``u`` everyone steps along, the new memories and
+        the reported ``E``."""
         C, CM, t = self.compressor, self.down_compressor, state.t
         R = self._R(problem.d)
         batch = None
         if self.batch_size is not None:
             batch = problem.sample(comm.rng(t, tag=TAG_BATCH), R * self.batch_size)
-        p_i = problem.grad(state.x, batch)
+        p_i = problem.grad(at, batch)
         if self.memory == "ef":
             p_i = p_i.add_(state.e_i)
         v_i, nbits = self._msc(C, p_i, R, lambda r: comm.rng_for(C, t, tag=TAG_MSC + r))
@@ -201,4 +209,4 @@ class NEOLITHIC(Algorithm):
             comm.charge_down(int(down_bits[0]))
             u, e = u[0], (q - u)[0]
         E = comm.monitor_mean(torch.linalg.vector_norm(e_i, dim=1) ** 2)
-        return NEOLITHICState(x=state.x - self.gamma * u, t=t + 1, e_i=e_i, e=e), {"E": E}
+        return u, e_i, e, {"E": E}

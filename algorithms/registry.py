@@ -39,6 +39,7 @@ from algorithms.liec_sgd import LIECSGD
 from algorithms.marina import MARINA
 from algorithms.mcm import MCM
 from algorithms.neolithic import NEOLITHIC
+from algorithms.neolithic_acc import NEOLITHICAcc
 from algorithms.newton_3pc import Newton3PC
 from algorithms.pp_marina import PPMARINA
 from algorithms.rosdhb import RoSDHB
@@ -89,6 +90,7 @@ ALGORITHMS: dict[str, type[Algorithm]] = {
     "fednl": FedNL,
     "newton-3pc": Newton3PC,
     "neolithic": NEOLITHIC,
+    "neolithic-acc": NEOLITHICAcc,
 }
 # Installed packages' classes under the entry-point group 'compzoo.algorithms', added on first use
 # (streams.plugins).

@@ -19,17 +19,31 @@ geometric contraction, and the method tracking minibatch SGD at its parameters.
   an outer loop, each costing ``R ~ log/delta`` compressions and ``R`` samples), not its rate
   constant, which could not be read here.
 
+* ``neolithic.acc-sqrt-kappa`` (the accelerated version of He, Huang, Chen, Yin & Yuan 2023,
+  arXiv 2305.07612; the class is a labelled reconstruction, :mod:`algorithms.neolithic_acc`):
+  on ADIANA's instance (:func:`theory_checks.accelerated.adiana_problem`: ``n = 100``,
+  ``d = 10``, ``L = 1``, ``mu = 1/kappa``, heterogeneous, from the extreme eigenvectors),
+  Top-5 (``delta = 1/2``, ``R = 7`` stages), both methods at their theory steps and full
+  local gradients (deterministic: one run each), rounds to ``||x - x*||^2 <= 0.01
+  ||x^0 - x*||^2``. Claims, stated before measuring: accelerated NEOLITHIC's rounds grow like
+  ``sqrt(kappa)`` (slope of ``log rounds`` on ``log kappa`` ``0.5 +- 0.2``), NEOLITHIC's like
+  ``kappa`` (``1 +- 0.2``), and at the largest ``kappa`` the accelerated method needs fewer
+  rounds and uplink bits. Its runs stop at NEOLITHIC's rounds.
+
 Power (``--power``): a module that compresses the input itself at every stage (no residual:
 the stages pile up instead of correcting each other) and one that stops after the first stage
 must fail the first check; NEOLITHIC with one stage (``R = 1`` compression of the accumulated
 gradient, still with error feedback: EF-SGD at the same step and samples) and with the
-residual not subtracted must fail the second. Not rejected, so not named: NEOLITHIC without
+residual not subtracted must fail the second; accelerated NEOLITHIC without its momentum
+(``beta = 0``: NEOLITHIC itself) and at twice its step (Nesterov's method is guaranteed up to
+``1/L``; ``2 gamma ~ 1.8/L``) must fail the third. Not rejected, so not named: NEOLITHIC without
 its error memory; at this ``R`` the scaled Rand-K module's bias is the uniform shrink
 ``(1 - delta)^R`` of every node's message, harmless at this accuracy.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -39,9 +53,12 @@ import torch
 from algorithms.comm import SimulatedComm
 from algorithms.dcgd import DCGD
 from algorithms.neolithic import NEOLITHIC, msc
+from algorithms.neolithic_acc import NEOLITHICAcc
 from compressors import parse_spec
 from problems.registry import make_problem
+from theory_checks.accelerated import adiana_problem, rounds_to_distance
 from theory_checks.base import Check, Outcome, Variant, single_threaded
+from theory_checks.scaling import slope_outcome
 from theory_checks.vr_problems import Z, mean_se, run, sq_dist
 
 __all__ = ["CHECKS", "instance", "msc_no_residual", "msc_single_stage"]
@@ -213,9 +230,68 @@ def _tracks_sgd(fast: bool, variant: str | None = None) -> list[Outcome]:
     ]
 
 
+ACC_SPEC, ACC_TOL = "topk:k=5", 1e-2
+ACC_PAPER = (
+    "He, Huang, Chen, Yin & Yuan 2023, arXiv 2305.07612: accelerated NEOLITHIC (abstract; the "
+    "class is a labelled reconstruction, Nesterov's momentum on NEOLITHIC's round); Nesterov's "
+    "sqrt(L/mu) rate against gradient descent's L/mu"
+)
+ACC_VARIANTS = (
+    Variant("beta=0", "other", "momentum removed: NEOLITHIC itself, rounds grow like kappa"),
+    Variant(
+        "step x2", "step-too-large", "twice the step (about 1.8/L): beyond Nesterov's 1/L, diverges"
+    ),
+)
+
+
+def _acc_sqrt_kappa(fast: bool, variant: str | None = None) -> list[Outcome]:
+    kappas = (1e2, 1e3) if fast else (1e2, 1e3, 1e4)
+    T_max = 50_000
+    rows = {"acc": [], "plain": []}
+    bits = {"acc": [], "plain": []}
+    for kappa in kappas:
+        p, x0 = adiana_problem(kappa)
+        plain, _ = NEOLITHIC.configure(p, parse_spec(ACC_SPEC))
+        acc, _ = NEOLITHICAcc.configure(p, parse_spec(ACC_SPEC))
+        if variant == "beta=0":
+            acc = dataclasses.replace(acc, beta=0.0)
+        elif variant == "step x2":
+            acc = dataclasses.replace(acc, gamma=2.0 * acc.gamma)
+        r_p, b_p = rounds_to_distance(plain, p, x0, ACC_TOL, 0, T_max)
+        cap = int(r_p) if math.isfinite(r_p) else T_max
+        r_a, b_a = rounds_to_distance(acc, p, x0, ACC_TOL, 0, cap)
+        rows["acc"].append(r_a), bits["acc"].append(b_a)
+        rows["plain"].append(r_p), bits["plain"].append(b_p)
+    setting = (
+        f"ADIANA's quadratic (n=100, d=10, L=1, mu=1/kappa), kappa in "
+        f"{[f'{k:g}' for k in kappas]}, {ACC_SPEC} (R from msc_tol 0.01), theory steps, "
+        f"||x-x*||^2 <= {ACC_TOL:g} ||x0-x*||^2, deterministic"
+    )
+    out = [
+        slope_outcome(setting + ", accelerated NEOLITHIC", "rounds ~ sqrt(L/mu)", kappas,
+                      rows["acc"], 0.5, 0.2),
+        slope_outcome(setting + ", NEOLITHIC", "rounds ~ L/mu", kappas, rows["plain"], 1.0, 0.2),
+    ]  # fmt: skip
+    for what, vals in (("rounds", rows), ("uplink bits per node", bits)):
+        a, b = vals["acc"][-1], vals["plain"][-1]
+        out.append(
+            Outcome(
+                f"{setting}, kappa={kappas[-1]:g}",
+                f"accelerated NEOLITHIC needs fewer {what} than NEOLITHIC",
+                f"accelerated {a:.4g}, NEOLITHIC {b:.4g}",
+                math.isfinite(a) and a < b,
+                "strict",
+                (1.0 - a / b) if math.isfinite(a) else -1.0,
+            )
+        )
+    return out
+
+
 CHECKS = (
     Check("neolithic.msc-geometric", PAPER + "; the module's contraction (tower rule)",
           single_threaded(_msc_geometric), variants=MSC_VARIANTS),
     Check("neolithic.tracks-sgd", PAPER + "; R ~ ln(100)/delta stages (library's R)",
           single_threaded(_tracks_sgd), variants=SGD_VARIANTS),
+    Check("neolithic.acc-sqrt-kappa", ACC_PAPER, single_threaded(_acc_sqrt_kappa),
+          variants=ACC_VARIANTS),
 )  # fmt: skip

@@ -14,7 +14,7 @@ import math
 
 from algorithms.stepsizes.ef import ef21
 
-__all__ = ["msc_delta", "neolithic", "neolithic_rounds"]
+__all__ = ["msc_delta", "neolithic", "neolithic_rounds", "nesterov_momentum"]
 
 
 def msc_delta(delta: float, R: int) -> float:
@@ -59,3 +59,13 @@ def neolithic(L: float, L_tilde: float, delta_R: float) -> float:
     ``beta = (1 - delta_R)/theta``. As ``delta_R -> 1`` it tends to ``1/L``, the step of the
     minibatch SGD that the method approaches."""
     return ef21(L, L_tilde, delta_R)
+
+
+def nesterov_momentum(gamma: float, mu: float) -> float:
+    """Nesterov's constant momentum for a ``mu``-strongly convex ``f`` at step ``gamma``:
+    ``(1 - sqrt(gamma mu)) / (1 + sqrt(gamma mu))`` (``sqrt(L/mu)`` rate at ``gamma = 1/L``);
+    ``gamma mu`` is clipped to 1 (no momentum)."""
+    if not (gamma > 0 and mu > 0):
+        raise ValueError(f"gamma and mu must be > 0, got {gamma}, {mu}")
+    q = math.sqrt(min(1.0, gamma * mu))
+    return (1.0 - q) / (1.0 + q)
