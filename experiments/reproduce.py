@@ -35,7 +35,9 @@ smallest and largest value over the seeds and how many seeds reached the toleran
 multiplier first and each is cut at its method's best median so far (the sweep's pruning,
 :mod:`experiments.sweep`). The winners and their medians are those of the unpruned grid; a seed
 cut there counts as not reached, so ``reached`` and ``bits_max`` can be lower than unpruned for
-the winner's seeds above its median. The verdict says ``"pruned": true``.
+the winner's seeds above its median. The verdict says ``"pruned": true``. The sweep's own
+``best.csv`` and the figure's chosen runs pool seeds by their mean, which a median budget does
+not preserve: with several seeds, only the verdict is exact under ``--prune``.
 
 The command runs the sweep (:func:`experiments.sweep.run_sweep`) into ``OUT`` (default
 ``runs/reproduce/NAME``, with ``-quick`` and the data set's name appended when they apply),
