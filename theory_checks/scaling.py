@@ -74,8 +74,14 @@ def rounds_to(algo, problem, rel: float, seed: int, T_max: int) -> tuple[float, 
 
 
 def measure(algo, problem, rel: float, seeds: int, T_max: int) -> tuple[MeanSE, MeanSE]:
-    """Rounds and bits to ``rel`` as means over ``seeds`` seeds (``inf`` if any seed fails)."""
-    res = [rounds_to(algo, problem, rel, s, T_max) for s in range(seeds)]
+    """Rounds and bits to ``rel`` as means over ``seeds`` seeds (``inf`` if any seed fails:
+    the first seed that does not reach ``rel`` within ``T_max`` ends the measurement, since
+    the means are infinite whatever the other seeds give)."""
+    res = []
+    for s in range(seeds):
+        res.append(rounds_to(algo, problem, rel, s, T_max))
+        if not math.isfinite(res[-1][0]):
+            break
     return mean_se([r for r, _ in res]), mean_se([b for _, b in res])
 
 
