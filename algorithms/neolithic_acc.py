@@ -45,16 +45,16 @@ class NEOLITHICAcc(NEOLITHIC):
     ``strong`` when the problem's ``mu > 0`` or ``--mu`` is given); ``--beta`` fixes a
     constant (``0``: NEOLITHIC itself, the broken variant of its check).
 
-    Theory ([U]): NEOLITHIC's ``R`` and step (EF21's step at the module's contraction
-    ``delta_R = 1 - (1 - delta)^R``, at most ``1/L``, tending to it as ``delta_R -> 1``,
-    where Nesterov's method with step ``1/L`` has its ``sqrt(L/mu)`` rate). Compressor class:
-    contractive. Its check (``neolithic.acc-sqrt-kappa``) runs at the default ``R`` (module
-    residual ``(1 - delta)^R <= 1%``). With few stages the momentum amplifies the error
-    memory's delayed residuals: measured with ``--rounds 3`` and scaled Rand-3 of ``d = 20``
-    (``(1 - delta)^R = 0.61``) on the default quadratic, ``f`` rises from 7.05 to 9.5 in 40
-    rounds (status ``unstable``) where NEOLITHIC converges. Bits per round: NEOLITHIC's
-    (``R`` payloads up; ``32 d`` or ``R`` payloads down); ``x^{k-1}`` is kept by every
-    party, never sent. Reports ``E`` and ``beta``.
+    Theory ([U]; convex problems only, elsewhere give ``--step``): NEOLITHIC's ``R`` and step
+    (EF21's step at the module's contraction ``delta_R = 1 - (1 - delta)^R``, at most ``1/L``,
+    tending to it as ``delta_R -> 1``, where Nesterov's method with step ``1/L`` has its
+    ``sqrt(L/mu)`` rate). Compressor class: contractive. Its check
+    (``neolithic.acc-sqrt-kappa``) runs at the default ``R`` (module residual ``(1 - delta)^R <=
+    1%``). With few stages the momentum amplifies the error memory's delayed residuals: measured
+    with ``--rounds 3`` and scaled Rand-3 of ``d = 20`` (``(1 - delta)^R = 0.61``) on the
+    default quadratic, ``f`` rises from 7.05 to 9.5 in 40 rounds (status ``unstable``) where
+    NEOLITHIC converges. Bits per round: NEOLITHIC's (``R`` payloads up; ``32 d`` or ``R``
+    payloads down); ``x^{k-1}`` is kept by every party, never sent. Reports ``E`` and ``beta``.
     """
 
     nesterov: str = "auto"
@@ -85,11 +85,15 @@ class NEOLITHICAcc(NEOLITHIC):
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:
+        if not problem.convex:
+            raise ValueError(
+                "accelerated NEOLITHIC's theory step is for convex problems: give --step FLOAT"
+            )
         base = super().theory(problem, compressor, opts)
         mu = opts.get("mu")
         if mu is None and opts.get("nesterov", "auto") != "convex":
             k_mu = problem.consts.mu
-            mu = k_mu if problem.convex and k_mu is not None and k_mu > 0 else None
+            mu = k_mu if k_mu is not None and k_mu > 0 else None
         params = {**base.params, **({"mu": mu} if mu is not None else {})}
         return Theory(
             gamma=base.gamma,

@@ -60,13 +60,14 @@ import math
 import os
 import shlex
 import shutil
-import statistics
 import sys
 import textwrap
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from experiments.select import pool_seeds
 
 try:
     import tomllib
@@ -422,7 +423,7 @@ def run_bits(history: list[dict], status: str, claim: Claim) -> float:
 
 def _median(values: list[float]) -> float:
     """The median, with ``inf`` entries (never reached) sorting last."""
-    return float(statistics.median(sorted(values)))
+    return pool_seeds(values, "median")
 
 
 def _label(v: Any) -> str:

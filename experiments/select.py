@@ -23,6 +23,7 @@ group with a winner has status ``chosen``.
 from __future__ import annotations
 
 import math
+import statistics
 from typing import Any
 
 from algorithms.stability import verdict
@@ -186,6 +187,20 @@ def _mean(values: list[float]) -> float:
     if any(math.isinf(v) for v in values):
         return math.inf
     return sum(values) / len(values)
+
+
+POOLS = ("mean", "median")
+
+
+def pool_seeds(values: list[float], how: str = "mean") -> float:
+    """One multiplier's value from its seeds' values: the mean (``inf`` if any seed is
+    ``inf``, this module's rule) or the median (``inf`` entries sort last, the reproductions'
+    rule)."""
+    if how == "median":
+        return float(statistics.median(sorted(values)))
+    if how != "mean":
+        raise ValueError(f"seeds are pooled by one of {', '.join(POOLS)}, got {how!r}")
+    return _mean(values)
 
 
 def _num(v: Any) -> float | None:

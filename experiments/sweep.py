@@ -62,7 +62,6 @@ import math
 import os
 import queue
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -74,7 +73,15 @@ from typing import Any
 from tqdm import tqdm
 
 from experiments.config import RunSpec, Selection, SweepConfig, load_config
-from experiments.select import HISTORY_COLUMNS, best, bits_to_tol, group_key, run_score
+from experiments.select import (
+    HISTORY_COLUMNS,
+    POOLS,
+    best,
+    bits_to_tol,
+    group_key,
+    pool_seeds,
+    run_score,
+)
 from experiments.zygote import READY
 
 log = logging.getLogger("compzoo.sweep")
@@ -82,7 +89,7 @@ log = logging.getLogger("compzoo.sweep")
 ROOT = Path(__file__).resolve().parents[1]
 STDERR_TAIL = 4000
 EXECUTORS = ("pool", "local", "slurm")
-PRUNE_POOLS = ("mean", "median")  # how seeds are pooled by the selection a pruned sweep serves
+PRUNE_POOLS = POOLS  # how seeds are pooled by the selection a pruned sweep serves
 FORK_ENV = "COMPZOO_SWEEP_FORK"  # "0": every run a plain subprocess (no fork server)
 
 
@@ -448,7 +455,7 @@ class _Budget:
                 if any(v is None for v in seen):
                     continue  # a run of this multiplier has not finished yet
                 starts |= {v[1] for v in seen}
-                pooled.append(self._pooled([v[0] for v in seen]))
+                pooled.append(pool_seeds([v[0] for v in seen], self._pool))
         best_so_far = min(pooled, default=math.inf)
         if not math.isfinite(best_so_far) or len(starts) > 1:
             return None
@@ -457,13 +464,6 @@ class _Budget:
         cap = factor * best_so_far + 1.0  # the runner stops at >= cap: a tie still reaches tol
         own = spec.params.get("max_bits")
         return min(cap, float(own)) if own not in (None, "") else cap
-
-    def _pooled(self, values: list[float]) -> float:
-        if any(math.isinf(v) for v in values) and self._pool == "mean":
-            return math.inf
-        return float(statistics.median(sorted(values))) if self._pool == "median" else (
-            sum(values) / len(values)
-        )  # fmt: skip
 
     def _score(self, run_id: str) -> tuple[float, float] | None:
         """(bits to tol, bits at iteration 0) of a finished run (``inf``: did not score), or

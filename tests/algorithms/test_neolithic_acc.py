@@ -76,15 +76,17 @@ def test_beta_zero_is_neolithic(quad):
     torch.testing.assert_close(xs[0], xs[1], rtol=0, atol=0)
 
 
-def test_theory_takes_mu_from_a_convex_problem_only(quad, nonconvex):
+def test_theory_takes_mu_from_a_convex_problem_and_refuses_others(quad, nonconvex):
     C = parse_spec(SPEC)
     algo, _ = NEOLITHICAcc.configure(quad, C)
     assert algo.mu == pytest.approx(quad.consts.mu) and algo.mu > 0
     assert algo.gamma == NEOLITHIC.configure(quad, C)[0].gamma
     algo, _ = NEOLITHICAcc.configure(quad, C, nesterov="convex")
     assert algo.mu is None and algo.momentum_at(2) == 0.4
-    algo, _ = NEOLITHICAcc.configure(nonconvex, C)
-    assert algo.mu is None  # no strong convexity to use: the convex schedule
+    with pytest.raises(ValueError, match="for convex problems: give --step"):
+        NEOLITHICAcc.configure(nonconvex, C)
+    algo, _ = NEOLITHICAcc.configure(nonconvex, C, step=0.01)  # a given step runs anywhere
+    assert algo.gamma == 0.01 and algo.mu is None and algo.momentum_at(1) == 0.25
 
 
 def test_refused_options(quad):
