@@ -659,10 +659,11 @@ def reproduce(
     t0 = time.perf_counter()
     run_sweep(cfg, out, jobs=jobs, progress=progress, prune="median" if prune else None)
     seconds = time.perf_counter() - t0
-    rows = []
+    rows, unfinished = [], 0
     for spec in cfg.runs():
         run_dir = out / "runs" / spec.run_id
         status = _status(run_dir)
+        unfinished += status in UNFINISHED
         rows.append({**spec.params, "bits": run_bits(_read_csv(run_dir / "history.csv"),
                                                      status, paper.claim)})  # fmt: skip
     cells = aggregate(rows, paper, list(cfg.grid))
@@ -685,6 +686,7 @@ def reproduce(
         "seed_rule": "median over seeds of bits to tol (never/diverged = inf)",
         "pruned": bool(prune),
         "runs": len(rows),
+        "unfinished": unfinished,
         "sweep_seconds": round(seconds, 2),
         **evaluate(cells, paper),
     }
@@ -744,6 +746,9 @@ def heatmap_figure(verdict: dict[str, Any], path: Path, title: str) -> None:
     for suffix in (".png", ".pdf"):
         fig.savefig(path.with_suffix(suffix))
     plt.close(fig)
+
+
+UNFINISHED = ("failed", "interrupted")  # statuses of runs that did not end by themselves
 
 
 def _status(run_dir: Path) -> str:
@@ -985,6 +990,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.write_golden:
         golden.write_text(json.dumps(golden_record(verdict), indent=2) + "\n")
         sys.stdout.write(f"golden record written to {golden}\n")
+    if args.record and verdict.get("unfinished"):
+        sys.stderr.write(
+            f"error: --record: {verdict['unfinished']} of the {verdict['runs']} runs did not "
+            f"finish (failed or interrupted; see {out / 'summary.csv'}): nothing recorded. "
+            "Rerunning the same command resumes them\n"
+        )
+        return EXIT_BAD_INPUT
     if args.record:
         path = PAPERS / args.name / "results.json"
         record = results_record(verdict, argv, recorded(args.name))

@@ -21,8 +21,9 @@ imported state and gives the same history as a run in a new interpreter.
   tolerance) has an empty ``step_mult`` and a status saying why (``all diverged``, ``none
   reached tol``, ...; see ``experiments.select.best``), which the command also prints.
 
-Status: a run is finished when its folder has a readable ``summary.json``; its status is the
-runner's stop reason (``completed``, ``diverged``, ``tolerance``, ``max_bits``). Exit status 3
+Status: a run is finished when its folder has a readable ``summary.json`` whose stop reason is
+not ``interrupted``; its status is that reason (``completed``, ``diverged``, ``unstable``,
+``tolerance``, ``max_bits``). Exit status 3
 (diverged) is a legitimate outcome of a too-large multiplier. Any other failure is ``failed``:
 the exit status and the stderr tail go to ``stderr.txt`` and the ``error`` column, and the sweep
 goes on. ``missing`` marks a run not attempted yet.
@@ -43,8 +44,11 @@ assumes iteration 0 costs the same bits in every run of a group (a fixed-size fi
 a group whose finished runs differ there is not pruned.
 
 Resuming: running the same config into the same folder skips finished runs and never touches
-their files; an unfinished folder (killed or failed earlier) is the sweep's own and is rerun
-from scratch. A folder holding a different config, or files that are not a sweep, is refused.
+their files. A run the runner stopped on SIGINT/SIGTERM (reason ``interrupted``, its checkpoint
+written) is continued with ``--resume`` along the trajectory an uninterrupted run takes (with
+the budget a pruned sweep gives it now); any other unfinished folder (killed, failed, or a
+checkpoint that does not resume) is the sweep's own and is rerun from scratch. A folder
+holding a different config, or files that are not a sweep, is refused.
 The tables are rebuilt from all run folders at the end, so a resumed sweep gives complete ones.
 ``sweep.lock`` holds the process id of a live sweep; a second one on the same folder is refused
 (a lock left by a killed sweep is ignored). Runs are not killed with the sweep process: to stop
@@ -153,7 +157,7 @@ def _run_all(
     cfg: SweepConfig, out: Path, jobs: int, progress: bool, prune: str | None = None
 ) -> None:
     specs = cfg.runs()
-    todo = [s for s in specs if _summary(out / "runs" / s.run_id) is None]
+    todo = [s for s in specs if not _finished(out / "runs" / s.run_id)]
     budget = _Budget(cfg, specs, out, prune) if prune is not None else None
     if budget is not None:
         todo.sort(key=lambda s: -float(s.params.get("step_mult", 1.0)))  # stable: config order
@@ -190,7 +194,7 @@ def _run_jobs(cfg: SweepConfig, out: Path, kind: str, opts: dict, progress: bool
     from experiments import cluster
 
     specs = cfg.runs()
-    todo = [s for s in specs if _summary(out / "runs" / s.run_id) is None]
+    todo = [s for s in specs if not _finished(out / "runs" / s.run_id)]
     bar = tqdm(total=len(specs), initial=len(specs) - len(todo), desc=cfg.name, unit="run",
                file=sys.stderr, disable=not progress)  # fmt: skip
     try:
@@ -200,7 +204,7 @@ def _run_jobs(cfg: SweepConfig, out: Path, kind: str, opts: dict, progress: bool
     book = json.loads((out / "jobs.json").read_text()) if (out / "jobs.json").is_file() else {}
     for s in todo:
         run_dir = out / "runs" / s.run_id
-        if _summary(run_dir) is not None:
+        if _finished(run_dir):
             continue
         job = book.get(s.run_id, "?")
         logs = sorted((out / "jobs").glob(f"{job}_*log.err")) if job != "?" else []
@@ -386,15 +390,38 @@ def _execute(
     budget: _Budget | None = None,
 ) -> str:
     """One run, forked from a fork server or in a subprocess; its status (``failed`` leaves
-    ``stderr.txt``). With ``budget``, the run gets its group's bits budget as it starts."""
+    ``stderr.txt``). With ``budget``, the run gets its group's bits budget as it starts. A run
+    interrupted earlier is continued from its checkpoint, or run afresh if that fails."""
+    cap = budget.max_bits(spec) if budget is not None else None
+    extra = ["--max-bits", repr(cap)] if cap is not None else []
+    if _interrupted(run_dir):
+        code, stderr = _launch(["--resume", str(run_dir), "--quiet", *extra], env, servers)
+        summary = _summary(run_dir)
+        if code in (0, 3) and summary is not None and _finished(run_dir):
+            return str(summary.get("reason", "completed"))
+        log.warning("run %s did not resume (exit status %s); running it afresh", spec.run_id, code)
     if run_dir.exists():
         shutil.rmtree(run_dir)  # the sweep's own unfinished run: start it afresh
     run_dir.parent.mkdir(parents=True, exist_ok=True)
-    argv = [*spec.argv, "--quiet", "--out", str(run_dir), "--overwrite"]
-    cap = budget.max_bits(spec) if budget is not None else None
-    if cap is not None:
-        argv += ["--max-bits", repr(cap)]
-    code, stderr = None, ""
+    argv = [*spec.argv, "--quiet", "--out", str(run_dir), "--overwrite", *extra]
+    code, stderr = _launch(argv, env, servers, run_dir)
+    summary = _summary(run_dir)
+    if code in (0, 3) and summary is not None:
+        return str(summary.get("reason", "completed"))
+    run_dir.mkdir(parents=True, exist_ok=True)
+    tail = stderr[-STDERR_TAIL:]
+    (run_dir / "stderr.txt").write_text(f"exit status {code}\n{tail}")
+    last = tail.strip().splitlines()[-1] if tail.strip() else "(no stderr)"
+    log.warning("run %s failed (exit status %d): %s", spec.run_id, code, last)
+    return "failed"
+
+
+def _launch(
+    argv: list[str], env: dict[str, str], servers: _Servers | None, fresh: Path | None = None
+) -> tuple[int, str]:
+    """``algorithms.run`` with ``argv``, forked from a fork server or in a subprocess: (exit
+    status, stderr). If the server dies under it, ``fresh`` (the folder of a run started from
+    scratch) is removed and the run goes again as a subprocess."""
     proc = servers.take() if servers is not None else None
     if proc is not None:
         fd, tmp = tempfile.mkstemp(prefix="compzoo-run-", suffix=".stderr")
@@ -405,24 +432,16 @@ def _execute(
         finally:
             Path(tmp).unlink(missing_ok=True)
         servers.give(proc, alive=code is not None)
-        if code is None and run_dir.exists():
-            shutil.rmtree(run_dir)  # the server died under the run: run it afresh below
-    if code is None:
-        done = subprocess.run(
-            [sys.executable, "-m", "algorithms.run", *argv], env=env,
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-            text=True, errors="replace", check=False,
-        )  # fmt: skip
-        code, stderr = done.returncode, done.stderr
-    summary = _summary(run_dir)
-    if code in (0, 3) and summary is not None:
-        return str(summary.get("reason", "completed"))
-    run_dir.mkdir(parents=True, exist_ok=True)
-    tail = stderr[-STDERR_TAIL:]
-    (run_dir / "stderr.txt").write_text(f"exit status {code}\n{tail}")
-    last = tail.strip().splitlines()[-1] if tail.strip() else "(no stderr)"
-    log.warning("run %s failed (exit status %d): %s", spec.run_id, code, last)
-    return "failed"
+        if code is not None:
+            return code, stderr
+        if fresh is not None and fresh.exists():
+            shutil.rmtree(fresh)  # the server died under the run: run it afresh below
+    done = subprocess.run(
+        [sys.executable, "-m", "algorithms.run", *argv], env=env,
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        text=True, errors="replace", check=False,
+    )  # fmt: skip
+    return done.returncode, done.stderr
 
 
 class _Budget:
@@ -472,7 +491,7 @@ class _Budget:
             return self._read[run_id]
         run_dir = self._out / "runs" / run_id
         summary = _summary(run_dir)
-        if summary is None:
+        if summary is None or summary.get("reason") == "interrupted":
             return None
         rows = _history(run_dir)
         start = float(rows[0]["bits_up"]) if rows and rows[0].get("bits_up") else 0.0
@@ -489,6 +508,22 @@ def _summary(run_dir: Path) -> dict | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def _finished(run_dir: Path) -> bool:
+    """Whether a run folder holds a run that ended (a summary, not an interruption)."""
+    summary = _summary(run_dir)
+    return summary is not None and summary.get("reason") != "interrupted"
+
+
+def _interrupted(run_dir: Path) -> bool:
+    """Whether a run folder holds a run stopped by a signal, with a checkpoint to go on from."""
+    summary = _summary(run_dir)
+    return (
+        summary is not None
+        and summary.get("reason") == "interrupted"
+        and (run_dir / "checkpoint" / "meta.json").is_file()
+    )
 
 
 def _row(spec: RunSpec, run_dir: Path, sel: Selection) -> dict[str, Any]:

@@ -1,0 +1,112 @@
+"""A sweep stopped by a signal: its interrupted runs are continued on resume, not taken as done.
+
+The runner answers SIGTERM by writing its history, a checkpoint and a summary with reason
+``interrupted``. A resumed sweep must not count such a run as finished (it would score as "not
+reached" and could change a verdict); it continues it from the checkpoint along the trajectory
+of an uninterrupted run. ``--record`` refuses a reproduction whose runs did not all finish.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from experiments import reproduce as rep
+from experiments.config import load_config
+from experiments.sweep import run_sweep
+
+ROOT = Path(__file__).resolve().parents[2]
+TOML = """
+name = "long-run"
+[base]
+problem = "quadratic"
+nodes = 2
+iters = 20000
+log_every = 200
+[[methods]]
+algorithm = "ef21"
+label = "EF21"
+[grid]
+compressor = ["topk:k=1"]
+step_mult = [1]
+[select]
+rule = "min_final"
+metric = "grad_norm_sq"
+"""
+KEYS = ("iter", "bits_up", "bits_down", "f", "grad_norm_sq")
+
+
+def rows(run_dir: Path) -> list[tuple]:
+    with (run_dir / "history.csv").open(newline="") as fh:
+        return [tuple(r[k] for k in KEYS) for r in csv.DictReader(fh)]
+
+
+def logged(run_dir: Path) -> int:
+    try:
+        return max(0, len((run_dir / "history.csv").read_text().splitlines()) - 1)
+    except OSError:
+        return 0
+
+
+@pytest.fixture(scope="module")
+def stopped(tmp_path_factory):
+    """The one-run sweep, SIGTERMed (sweep, fork servers and run) once the run has logged a
+    few rows and before it ends."""
+    tmp = tmp_path_factory.mktemp("interrupted")
+    cfg_path, out = tmp / "long.toml", tmp / "out"
+    cfg_path.write_text(TOML)
+    run_dir = out / "runs" / load_config(cfg_path).runs()[0].run_id
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "experiments.sweep", str(cfg_path), "--out", str(out), "--quiet"],
+        cwd=ROOT, env=env, start_new_session=True,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while logged(run_dir) < 3 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGTERM)
+    proc.wait()
+    for _ in range(500):  # the run (a child of the fork server) writes its summary as it stops
+        if (run_dir / "summary.json").is_file():
+            break
+        time.sleep(0.02)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    return {"cfg": cfg_path, "out": out, "run_dir": run_dir, "summary": summary, "tmp": tmp}
+
+
+def test_an_interrupted_run_is_continued_to_the_uninterrupted_trajectory(stopped):
+    run_dir, first = stopped["run_dir"], stopped["summary"]
+    assert first["reason"] == "interrupted", first["reason"]  # stopped mid-run, as intended
+    assert first["iters"] < 20000 and (run_dir / "checkpoint").is_dir()
+    cut = rows(run_dir)
+    run_sweep(stopped["cfg"], stopped["out"], progress=False)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["reason"] != "interrupted" and summary["iters"] == 20000
+    resumed = rows(run_dir)
+    assert resumed[: len(cut)] == cut  # what was computed before the signal is kept
+    fresh = stopped["tmp"] / "fresh"
+    run_sweep(stopped["cfg"], fresh, progress=False)
+    assert resumed == rows(fresh / "runs" / run_dir.name)  # the uninterrupted run's history
+    with (stopped["out"] / "summary.csv").open(newline="") as fh:
+        assert [r["status"] for r in csv.DictReader(fh)] == [summary["reason"]]
+
+
+def test_record_refuses_a_reproduction_with_unfinished_runs(tmp_path, monkeypatch, capsys):
+    verdict = {"unfinished": 2, "runs": 9, "holds": False}
+    monkeypatch.setattr(rep, "reproduce", lambda *a, **k: verdict)
+    monkeypatch.setattr(rep, "verdict_table", lambda v: "table")
+    monkeypatch.setattr(rep, "_written", lambda out, v: "")
+    monkeypatch.setattr(rep, "results_record", lambda *a: pytest.fail("recorded"))
+    code = rep.main(["3pc-quadratic", "--record", "--out", str(tmp_path / "o"), "--quiet"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "2 of the 9 runs did not finish" in err and "nothing recorded" in err
