@@ -45,7 +45,9 @@ draws ``OUT/figure.png`` (and ``.pdf``), writes ``OUT/verdict.json``, prints the
 where it wrote the figure, the verdict and the runs.
 
 Exit status: 0 the claim holds, or the data is absent (skipped, with a message); 1 it fails (a
-legitimate finding, not an error); 2 bad input.
+legitimate finding, not an error); 2 bad input, or ``--record`` with runs that did not finish;
+130 interrupted (Ctrl-C: finished runs are kept, the runs in flight keep their checkpoints, and
+the same command continues them).
 """
 
 from __future__ import annotations
@@ -79,7 +81,7 @@ log = logging.getLogger("compzoo.reproduce")
 ROOT = Path(__file__).resolve().parents[1]
 PAPERS = Path(__file__).resolve().with_name("papers")
 LIBSVM_ENV = "COMPZOO_LIBSVM_DIR"
-EXIT_HOLDS, EXIT_FAILS, EXIT_BAD_INPUT = 0, 1, 2
+EXIT_HOLDS, EXIT_FAILS, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 OWN_TABLES = ("claim", "quick", "data")
 QUICK_MERGED = ("base", "grid", "select", "claim", "data")
 QUICK_REPLACED = ("name", "methods")
@@ -923,7 +925,8 @@ def _written(out: Path, verdict: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The command line; returns the exit status (0 holds or skipped, 1 fails, 2 bad input)."""
+    """The command line; returns the exit status (0 holds or skipped, 1 fails, 2 bad input, 130
+    interrupted)."""
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
     if args.list:
@@ -978,6 +981,11 @@ def main(argv: list[str] | None = None) -> int:
     except DataMissing as exc:
         sys.stdout.write(f"{exc}\n")
         return EXIT_HOLDS
+    except KeyboardInterrupt:
+        from experiments.sweep import INTERRUPTED_MESSAGE
+
+        sys.stderr.write(f"{INTERRUPTED_MESSAGE}; nothing recorded\n")
+        return EXIT_INTERRUPTED
     except ValueError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return EXIT_BAD_INPUT

@@ -23,10 +23,13 @@ imported state and gives the same history as a run in a new interpreter.
 
 Status: a run is finished when its folder has a readable ``summary.json`` whose stop reason is
 not ``interrupted``; its status is that reason (``completed``, ``diverged``, ``unstable``,
-``tolerance``, ``max_bits``). Exit status 3
-(diverged) is a legitimate outcome of a too-large multiplier. Any other failure is ``failed``:
-the exit status and the stderr tail go to ``stderr.txt`` and the ``error`` column, and the sweep
-goes on. ``missing`` marks a run not attempted yet.
+``tolerance``, ``max_bits``). Exit status 3 (diverged) is a legitimate outcome of a too-large
+multiplier. A run stopped by SIGINT/SIGTERM (exit 130/143, its checkpoint written) is
+``interrupted``. Any other failure is ``failed``: the exit status and the stderr tail go to
+``stderr.txt`` and the ``error`` column, and the sweep goes on. ``missing`` marks a run not
+attempted yet. Ctrl-C (SIGINT to the sweep and its runs) stops the sweep: no new run starts,
+the runs in flight stop after their step with a checkpoint, and rerunning the same command
+continues them.
 
 Pruning (``prune``, ``--prune``; the ``pool`` executor, rule ``bits_to_tol``): the papers'
 protocol keeps, per group, the multiplier with the fewest bits to ``tol``, so a run need not go
@@ -178,11 +181,17 @@ def _run_all(
                 pool.submit(_execute, s, out / "runs" / s.run_id, env, servers, budget)
                 for s in todo
             ]
-            for fut in as_completed(futures):
-                if fut.result() == "failed":
-                    failed += 1
-                    bar.set_postfix(failed=failed)
-                bar.update(1)
+            try:
+                for fut in as_completed(futures):
+                    if fut.result() == "failed":
+                        failed += 1
+                        bar.set_postfix(failed=failed)
+                    bar.update(1)
+            except KeyboardInterrupt:
+                servers.stopping.set()  # no new run starts; those in flight stop at the signal
+                for fut in futures:
+                    fut.cancel()
+                raise
     finally:
         servers.close()
         bar.close()
@@ -226,6 +235,7 @@ class _Servers:
         self._lock = threading.Lock()
         self._size = size if hasattr(os, "fork") and os.environ.get(FORK_ENV) != "0" else 0
         self._started = 0
+        self.stopping = threading.Event()  # set on Ctrl-C: no run starts any more
 
     def take(self) -> subprocess.Popen | None:
         """A free server (started if none is and fewer than ``size`` are alive), or None: use
@@ -391,11 +401,16 @@ def _execute(
 ) -> str:
     """One run, forked from a fork server or in a subprocess; its status (``failed`` leaves
     ``stderr.txt``). With ``budget``, the run gets its group's bits budget as it starts. A run
-    interrupted earlier is continued from its checkpoint, or run afresh if that fails."""
+    interrupted earlier is continued from its checkpoint, or run afresh if that fails;
+    ``missing`` when the sweep is stopping and the run did not start."""
+    if servers is not None and servers.stopping.is_set():
+        return "missing"
     cap = budget.max_bits(spec) if budget is not None else None
     extra = ["--max-bits", repr(cap)] if cap is not None else []
     if _interrupted(run_dir):
         code, stderr = _launch(["--resume", str(run_dir), "--quiet", *extra], env, servers)
+        if code is None:
+            return "missing"
         summary = _summary(run_dir)
         if code in (0, 3) and summary is not None and _finished(run_dir):
             return str(summary.get("reason", "completed"))
@@ -405,9 +420,13 @@ def _execute(
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     argv = [*spec.argv, "--quiet", "--out", str(run_dir), "--overwrite", *extra]
     code, stderr = _launch(argv, env, servers, run_dir)
+    if code is None:
+        return "missing"
     summary = _summary(run_dir)
     if code in (0, 3) and summary is not None:
         return str(summary.get("reason", "completed"))
+    if code in INTERRUPTED_EXIT and _interrupted(run_dir):
+        return "interrupted"  # its checkpoint is there: the next sweep continues it
     run_dir.mkdir(parents=True, exist_ok=True)
     tail = stderr[-STDERR_TAIL:]
     (run_dir / "stderr.txt").write_text(f"exit status {code}\n{tail}")
@@ -418,11 +437,16 @@ def _execute(
 
 def _launch(
     argv: list[str], env: dict[str, str], servers: _Servers | None, fresh: Path | None = None
-) -> tuple[int, str]:
+) -> tuple[int | None, str]:
     """``algorithms.run`` with ``argv``, forked from a fork server or in a subprocess: (exit
     status, stderr). If the server dies under it, ``fresh`` (the folder of a run started from
-    scratch) is removed and the run goes again as a subprocess."""
+    scratch) is removed and the run goes again as a subprocess, unless the sweep is stopping:
+    then the status is None."""
     proc = servers.take() if servers is not None else None
+    if servers is not None and servers.stopping.is_set():
+        if proc is not None:
+            servers.give(proc, alive=True)
+        return None, ""  # the sweep began to stop while this run waited for its server
     if proc is not None:
         fd, tmp = tempfile.mkstemp(prefix="compzoo-run-", suffix=".stderr")
         os.close(fd)
@@ -436,6 +460,8 @@ def _launch(
             return code, stderr
         if fresh is not None and fresh.exists():
             shutil.rmtree(fresh)  # the server died under the run: run it afresh below
+    if servers is not None and servers.stopping.is_set():
+        return None, ""
     done = subprocess.run(
         [sys.executable, "-m", "algorithms.run", *argv], env=env,
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -508,6 +534,13 @@ def _summary(run_dir: Path) -> dict | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+INTERRUPTED_EXIT = (130, 143)
+INTERRUPTED_MESSAGE = (
+    "interrupted: finished runs are kept and runs stopped mid-way kept their checkpoints; "
+    "rerun the same command to continue"
+)  # the runner's exit status after SIGINT / SIGTERM
 
 
 def _finished(run_dir: Path) -> bool:
@@ -613,7 +646,8 @@ The folder (--out, default runs/sweeps/NAME) gets sweep.json (the resolved confi
 best.csv (one row per group of runs differing only in step_mult and seed: the chosen
 multiplier, or an empty one and a status saying why none was chosen, e.g. "all diverged").
 Rerunning the same config into the same folder resumes it. Exit status: 0 done, 1 some run
-failed (see its stderr.txt), 2 bad input. Example: examples/sweep.toml.
+failed (see its stderr.txt) or was interrupted, 2 bad input, 130 interrupted (Ctrl-C).
+Example: examples/sweep.toml.
 """
 
 
@@ -681,6 +715,9 @@ def main(argv: list[str] | None = None) -> int:
             cfg, args.out or Path("runs") / "sweeps" / cfg.name, args.jobs, not args.quiet,
             args.executor, cluster_opts, "mean" if args.prune else None,
         )  # fmt: skip
+    except KeyboardInterrupt:
+        print(INTERRUPTED_MESSAGE, file=sys.stderr)
+        return 130
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -699,7 +736,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.quiet:
         done = ", ".join(f"{n} {s}" for s, n in counts.items())
         print(f"{cfg.name}: {len(statuses)} runs ({done}); tables in {out}")
-    return 1 if counts.get("failed") else 0
+    return 1 if counts.get("failed") or counts.get("interrupted") else 0
 
 
 if __name__ == "__main__":

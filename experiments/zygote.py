@@ -20,7 +20,9 @@ Fork safety: the server never runs a torch operation or a parallel kernel, so it
 to lose in the fork (torch's OpenMP pool and numba's start at their first parallel call, in the
 child). It is started with the runs' environment (``OMP_NUM_THREADS=1`` from the sweep), which
 torch reads at import. The children stay in the sweep's process group, so signalling the group
-stops them as it stops the sweep.
+stops them as it stops the sweep. The server itself ignores SIGINT (a Ctrl-C reaches the whole
+group): it waits for its child, which stops after its step with a checkpoint, and reports the
+child's exit status; the child starts with Python's own SIGINT handler.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import sys
 
 __all__ = ["serve"]
@@ -38,6 +41,7 @@ READY = "ready"
 def _child(runner, req: dict) -> None:
     code = 70
     try:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         null = os.open(os.devnull, os.O_RDWR)
         err = os.open(req["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(null, 0)
@@ -83,6 +87,7 @@ def serve(inp=None, out=None) -> int:
     """Serve requests from ``inp`` (default stdin) until it ends; answers go to ``out``."""
     inp = sys.stdin if inp is None else inp
     out = sys.stdout if out is None else out
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the child's status says what a Ctrl-C did
     import algorithms.run as runner
 
     _preload()

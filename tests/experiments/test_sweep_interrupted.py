@@ -110,3 +110,27 @@ def test_record_refuses_a_reproduction_with_unfinished_runs(tmp_path, monkeypatc
     assert code == 2
     err = capsys.readouterr().err
     assert "2 of the 9 runs did not finish" in err and "nothing recorded" in err
+
+
+def test_ctrl_c_stops_the_sweep_and_starts_no_new_run(tmp_path):
+    cfg_path, out = tmp_path / "two.toml", tmp_path / "out"
+    cfg_path.write_text(TOML.replace("step_mult = [1]", "step_mult = [1, 2]"))
+    first, second = (out / "runs" / s.run_id for s in load_config(cfg_path).runs())
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "experiments.sweep", str(cfg_path), "--out", str(out),
+         "--jobs", "1", "--quiet"],
+        cwd=ROOT, env=env, start_new_session=True, text=True,
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while logged(first) < 3 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C sends to the foreground group
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "rerun the same command to continue" in err and "Traceback" not in err
+    summary = json.loads((first / "summary.json").read_text())
+    assert summary["reason"] == "interrupted" and (first / "checkpoint" / "meta.json").is_file()
+    assert not (first / "stderr.txt").exists()  # an interruption is not a failure
+    assert not second.exists()  # queued behind the interrupted run: never started
