@@ -414,6 +414,8 @@ def _execute(
         summary = _summary(run_dir)
         if code in (0, 3) and summary is not None and _finished(run_dir):
             return str(summary.get("reason", "completed"))
+        if code in INTERRUPTED_EXIT and _interrupted(run_dir):
+            return "interrupted"  # stopped again: its newer checkpoint is kept for the next sweep
         log.warning("run %s did not resume (exit status %s); running it afresh", spec.run_id, code)
     if run_dir.exists():
         shutil.rmtree(run_dir)  # the sweep's own unfinished run: start it afresh
@@ -536,11 +538,11 @@ def _summary(run_dir: Path) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
-INTERRUPTED_EXIT = (130, 143)
+INTERRUPTED_EXIT = (130, 143)  # the runner's exit status after SIGINT / SIGTERM
 INTERRUPTED_MESSAGE = (
     "interrupted: finished runs are kept and runs stopped mid-way kept their checkpoints; "
     "rerun the same command to continue"
-)  # the runner's exit status after SIGINT / SIGTERM
+)
 
 
 def _finished(run_dir: Path) -> bool:

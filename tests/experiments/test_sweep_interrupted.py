@@ -21,6 +21,7 @@ import pytest
 
 from algorithms.run import run
 from experiments import reproduce as rep
+from experiments import sweep as sweep_mod
 from experiments.config import load_config
 from experiments.sweep import run_sweep
 
@@ -135,3 +136,23 @@ def test_ctrl_c_stops_the_sweep_and_starts_no_new_run(tmp_path):
     assert summary["reason"] == "interrupted" and (first / "checkpoint" / "meta.json").is_file()
     assert not (first / "stderr.txt").exists()  # an interruption is not a failure
     assert not second.exists()  # queued behind the interrupted run: never started
+
+
+def test_a_run_interrupted_again_while_resuming_keeps_its_checkpoint(tmp_path, monkeypatch):
+    (tmp_path / "long.toml").write_text(TOML)
+    spec = load_config(tmp_path / "long.toml").runs()[0]
+    run_dir = tmp_path / "runs" / spec.run_id
+    (run_dir / "checkpoint").mkdir(parents=True)
+    (run_dir / "checkpoint" / "meta.json").write_text("{}")
+    (run_dir / "summary.json").write_text(json.dumps({"reason": "interrupted", "iters": 300}))
+    calls = []
+
+    def stopped_again(argv, env, servers, fresh=None):  # the resumed runner exits 130 again
+        calls.append(argv)
+        return 130, "SIGINT"
+
+    monkeypatch.setattr(sweep_mod, "_launch", stopped_again)
+    assert sweep_mod._execute(spec, run_dir, {}) == "interrupted"
+    assert calls == [["--resume", str(run_dir), "--quiet"]]  # resumed, not started afresh
+    assert (run_dir / "checkpoint" / "meta.json").is_file()
+    assert not (run_dir / "stderr.txt").exists()
