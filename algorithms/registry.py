@@ -46,6 +46,7 @@ from algorithms.rosdhb import RoSDHB
 from algorithms.three_pc import ThreePC
 from algorithms.vr_marina import VRMARINA
 from streams import plugins
+from streams.suggest import did_you_mean
 
 ALGORITHMS: dict[str, type[Algorithm]] = {
     "dcgd": DCGD,
@@ -118,5 +119,6 @@ def get_algorithm(name: str) -> type[Algorithm]:
     """The class registered as ``name`` (or an alias); ``ValueError`` lists the valid names."""
     key = ALIASES.get(name, name)
     if key not in ALGORITHMS:
-        raise ValueError(f"unknown algorithm {name!r}; allowed: {', '.join(ALGORITHMS)}")
+        hint = did_you_mean(name, [*ALGORITHMS, *ALIASES])
+        raise ValueError(f"unknown algorithm {name!r}{hint}; allowed: {', '.join(ALGORITHMS)}")
     return ALGORITHMS[key]

@@ -33,6 +33,7 @@ from compressors.threelc import ThreeLC
 from compressors.threshold import Threshold
 from compressors.top_k import TopK
 from streams import plugins
+from streams.suggest import did_you_mean
 
 COMPRESSORS: dict[str, type[Compressor]] = {
     "identity": Identity,
@@ -107,7 +108,8 @@ def parse_spec(spec: str) -> Compressor:
     name, sep, rest = spec.partition(":")
     name = ALIASES.get(name, name)
     if name not in COMPRESSORS and name not in STRUCTURED:
-        raise ValueError(f"unknown compressor {name!r}; allowed: {_names()}")
+        hint = did_you_mean(name, [*COMPRESSORS, *STRUCTURED, *ALIASES])
+        raise ValueError(f"unknown compressor {name!r}{hint}; allowed: {_names()}")
     cls = COMPRESSORS[name] if name in COMPRESSORS else STRUCTURED[name]
     if name in ("scaled", "compose") and sep and not rest.strip():
         example = "scaled:randk:k=10" if name == "scaled" else "compose:topk:k=10+qsgd:levels=4"

@@ -23,18 +23,22 @@ at load time rather than after hours of sweeping::
 
 A ``{base, from, to}`` table stands for the list ``[base**e for e in from..to]`` (integer
 exponents, both ends included), the papers' power-of-two multiplier grids.
+
+The whole grid is checked before anything runs: a key holds at most ``MAX_VALUES`` values and a
+sweep at most ``MAX_RUNS`` runs (refused before they are expanded), and every value goes
+through the runner's own parser and checks (:mod:`experiments.validate`), so a bad value is one
+error naming its key, not a sweep of failed runs.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import hashlib
-import io
 import itertools
 import json
 import math
 import re
+import sys
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -53,6 +57,11 @@ MANAGED = ("out", "overwrite", "quiet", "resume", "list", "help", "algorithm")
 # Parameters every RunSpec carries, filled with the runner's defaults when the config omits them.
 CORE_DEFAULTS = {"compressor": "identity", "step_mult": 1.0, "seed": 0}
 _SAFE = re.compile(r"[^A-Za-z0-9._=+-]+")
+# A sweep's name is one folder name under runs/sweeps/: no separators, no "." or "..", no
+# hidden folder.
+_NAME = re.compile(r"[A-Za-z0-9_=+-][A-Za-z0-9._=+-]{0,99}")
+MAX_VALUES = 10_000  # values of one grid key
+MAX_RUNS = 100_000  # runs of one sweep
 
 
 @dataclass(frozen=True)
@@ -166,9 +175,12 @@ def load_config(source: str | Path | dict, *, ignore: tuple[str, ...] = ()) -> S
             file, such as a reproduction's ``[claim]``).
 
     Raises:
-        ValueError: an unknown key, an unknown runner flag, an empty or non-list grid entry, a
-            grid key also set in ``base`` or a method, or a bad ``[select]``; the message names
-            the key and what is allowed.
+        ValueError: an unknown key, an unknown runner flag, a name that is not a plain folder
+            name, an empty or non-list grid entry, a grid key also set in ``base`` or a method,
+            a grid too large to expand, a value the runner's parser or its option checks refuse
+            (:func:`experiments.validate.check_grid`), two values of a grid key or two methods
+            that give the same runs, or a bad ``[select]``; the message names the key, the
+            value and what is allowed.
     """
     if isinstance(source, dict):
         raw = dict(source)
@@ -194,18 +206,34 @@ def load_config(source: str | Path | dict, *, ignore: tuple[str, ...] = ()) -> S
             + ", ".join(TOP_KEYS)
         )
     name = raw.get("name", default_name)
-    if not isinstance(name, str) or not name or _SAFE.sub("-", name) != name:
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise ValueError(
-            f"name must be a non-empty string of letters, digits and ._=+-, got {name!r}"
+            f"name must be a plain folder name: 1 to 100 letters, digits and ._=+-, not starting "
+            f"with a dot (so neither '.' nor '..'), no path separators; got {name!r}"
         )
     base = _flags(raw.get("base", {}), "base")
     methods = _methods(raw.get("methods"))
     grid = _grid(raw.get("grid", {}), base, methods)
     select = _selection(raw.get("select", {}))
+    _check_size(methods, grid)
     cfg = SweepConfig(name=name, base=base, methods=methods, grid=grid, select=select)
-    for spec in cfg.runs():
-        _check_argv(spec)
+    from experiments.validate import check_grid
+
+    check_grid(cfg)
     return cfg
+
+
+def _check_size(methods: list[dict], grid: dict) -> None:
+    """Refuse a sweep of more than ``MAX_RUNS`` runs before any run is expanded."""
+    total = len(methods) * math.prod(len(v) for v in grid.values())
+    if total > MAX_RUNS:
+        sizes = "".join(f" x grid.{k} ({len(v)})" for k, v in grid.items())
+        largest = max(grid, key=lambda k: len(grid[k]), default=None)
+        shrink = f"grid.{largest} ({len(grid[largest])} values)" if largest else "[[methods]]"
+        raise ValueError(
+            f"the sweep has {total} runs ({len(methods)} method(s){sizes}); at most {MAX_RUNS} "
+            f"runs per sweep: shrink {shrink} or split the sweep"
+        )
 
 
 def _selection(raw: Any) -> Selection:
@@ -258,14 +286,14 @@ def _grid(raw: Any, base: dict, methods: list[dict]) -> dict:
             )
         if not values:
             raise ValueError(f"grid.{name} is empty; give at least one value")
+        if len(values) > MAX_VALUES:
+            raise ValueError(f"grid.{name} has {len(values)} values; at most {MAX_VALUES} per key")
         if name in base:
             raise ValueError(f"grid.{name} is also set in [base]; set it in one place only")
         for i, method in enumerate(methods):
             if name in method:
                 raise ValueError(f"grid.{name} is also set in methods[{i}]; set it in one place")
         grid[name] = [_value(v, f"grid.{name}", name) for v in values]
-        if len(set(map(_key, grid[name]))) != len(grid[name]):
-            raise ValueError(f"grid.{name} repeats a value: {grid[name]!r}")
     return grid
 
 
@@ -282,7 +310,33 @@ def _power_range(spec: dict, name: str) -> list:
             raise ValueError(f"grid.{name}.{k} must be an integer exponent, got {e!r}")
     if hi < lo:
         raise ValueError(f"grid.{name}: 'to' ({hi}) must be >= 'from' ({lo})")
-    return [b**e if e >= 0 else 1.0 / b ** (-e) for e in range(lo, hi + 1)]
+    table = f"grid.{name} = {{base = {b!r}, from = {lo}, to = {hi}}}"
+    if hi - lo + 1 > MAX_VALUES:
+        raise ValueError(f"{table} has {hi - lo + 1} values; at most {MAX_VALUES} per key")
+    for e in (lo, hi):  # base**e is monotone in e: the ends are the extremes
+        if _power(b, e) is None:
+            lim = math.floor(_LOG_MAX / abs(math.log(b)))
+            while _power(b, lim) is None or _power(b, -lim) is None:
+                lim -= 1
+            raise ValueError(
+                f"{table}: {b!r}**{e} is beyond a float's range (about 1e-308 to 1.8e308); "
+                f"with base {b!r} the exponents must lie in -{lim}..{lim}"
+            )
+    return [_power(b, e) for e in range(lo, hi + 1)]
+
+
+_LOG_MAX = math.log(sys.float_info.max)
+
+
+def _power(b: float, e: int) -> float | None:
+    """``b**e`` (an int for an int base and e >= 0), or None beyond a float's range."""
+    if abs(e * math.log(b)) > _LOG_MAX + 1:
+        return None  # refused unseen: the exact power may have thousands of digits
+    try:
+        v = b**e if e >= 0 else 1.0 / b ** (-e)
+        return v if v != 0 and math.isfinite(float(v)) else None
+    except OverflowError:
+        return None
 
 
 def _flags(raw: Any, where: str) -> dict:
@@ -375,19 +429,6 @@ def _argv(flags: dict) -> list[str]:
         else:
             argv += [opt, _scalar(value, name)]
     return argv
-
-
-def _check_argv(spec: RunSpec) -> None:
-    """Parse a run's argv with the runner's parser: a bad value fails here, not mid-sweep."""
-    err = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(err):
-            _parser().parse_args(spec.argv)
-    except SystemExit:
-        msg = err.getvalue().strip().splitlines()
-        raise ValueError(
-            f"run {spec.run_id}: the runner rejects its arguments: {msg[-1] if msg else ''}"
-        ) from None
 
 
 def _hashable(v: Any) -> Any:

@@ -16,9 +16,11 @@ A reproduction is a folder ``experiments/papers/NAME/`` with
   - ``[quick]``: overrides for the small version that the slow tests and the golden record use
     (subtables ``base``, ``grid``, ``select``, ``claim`` and ``data`` are merged key by key,
     ``methods`` and ``name`` replace);
-  - ``[data]``: ``libsvm`` (names of LIBSVM sets, swept as a grid over ``--dataset``; read from
-    ``$COMPZOO_LIBSVM_DIR``, else ``../shared/data/libsvm`` beside the repository; when a file
-    is missing the reproduction is skipped with a message), or nothing for generated problems;
+  - ``[data]``: ``libsvm`` (names of LIBSVM sets, swept as a grid over ``--dataset``; found as
+    the runner finds them, by :func:`problems.datasets.find`: ``$COMPZOO_DATA``, then
+    ``$COMPZOO_LIBSVM_DIR``, else ``../shared/data/libsvm`` beside the repository or the working
+    directory; when a file is missing the reproduction is skipped with a message naming every
+    place looked), or nothing for generated problems;
 * ``README.md``: the paper's claim with its citation, the setting, the rule, and what was found;
 * ``golden.json``: what the quick version gave when it was recorded;
 * ``results.json``: the verdict of the last full run, with its date, command and wall time
@@ -46,8 +48,8 @@ where it wrote the figure, the verdict and the runs.
 
 Exit status: 0 the claim holds, or the data is absent (skipped, with a message); 1 it fails (a
 legitimate finding, not an error); 2 bad input, or ``--record`` with runs that did not finish;
-130 interrupted (Ctrl-C: finished runs are kept, the runs in flight keep their checkpoints, and
-the same command continues them).
+130/143 stopped by SIGINT (Ctrl-C) / SIGTERM, at any moment (finished runs are kept, the runs in
+flight keep their checkpoints, nothing is recorded, and the same command continues them).
 """
 
 from __future__ import annotations
@@ -59,7 +61,6 @@ import datetime
 import json
 import logging
 import math
-import os
 import shlex
 import shutil
 import sys
@@ -70,6 +71,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.select import pool_seeds
+from streams import interrupts
 
 try:
     import tomllib
@@ -81,7 +83,7 @@ log = logging.getLogger("compzoo.reproduce")
 ROOT = Path(__file__).resolve().parents[1]
 PAPERS = Path(__file__).resolve().with_name("papers")
 LIBSVM_ENV = "COMPZOO_LIBSVM_DIR"
-EXIT_HOLDS, EXIT_FAILS, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_HOLDS, EXIT_FAILS, EXIT_BAD_INPUT = 0, 1, 2
 OWN_TABLES = ("claim", "quick", "data")
 QUICK_MERGED = ("base", "grid", "select", "claim", "data")
 QUICK_REPLACED = ("name", "methods")
@@ -151,10 +153,13 @@ def available() -> list[str]:
 
 
 def libsvm_dir() -> Path:
-    """Where the LIBSVM sets are read: ``$COMPZOO_LIBSVM_DIR``, else ``$COMPZOO_DATA`` (the
-    folder the runner's ``--dataset a9a`` shortcuts read), else ``../shared/data/libsvm``."""
-    env = os.environ.get(LIBSVM_ENV) or os.environ.get("COMPZOO_DATA")
-    return Path(env) if env else ROOT.parent / "shared" / "data" / "libsvm"
+    """The first folder of :func:`problems.datasets.places` that exists (else the first one):
+    where the LIBSVM sets are looked for first; each set is found by
+    :func:`problems.datasets.find`."""
+    from problems import datasets
+
+    folders = [folder for _, folder in datasets.places()]
+    return next((f for f in folders if f.is_dir()), folders[0])
 
 
 def _apply_quick(raw: dict, quick: dict, name: str) -> dict:
@@ -176,14 +181,16 @@ def _apply_quick(raw: dict, quick: dict, name: str) -> dict:
 
 
 def dataset_spec(dataset: str) -> str:
-    """The runner's ``--dataset`` for the user's: a file path (or the name of a set in
-    :func:`libsvm_dir`, e.g. ``mushrooms``) becomes ``libsvm:PATH``."""
+    """The runner's ``--dataset`` for the user's: a file path (or the name of a set that
+    :func:`problems.datasets.find` finds, e.g. ``mushrooms``) becomes ``libsvm:PATH``."""
+    from problems import datasets
+
     if not isinstance(dataset, str) or not dataset:
         raise ValueError(f"--dataset must be a non-empty string, got {dataset!r}")
     if ":" not in dataset and Path(dataset).is_file():
         return f"libsvm:{Path(dataset).resolve()}"
-    named = libsvm_dir() / f"{dataset}.txt"
-    if ":" not in dataset and "/" not in dataset and named.is_file():
+    named = datasets.find(dataset) if ":" not in dataset and "/" not in dataset else None
+    if named is not None:
         return f"libsvm:{named.resolve()}"
     if dataset.startswith("libsvm:") and not Path(dataset[len("libsvm:") :]).is_file():
         raise ValueError(f"--dataset {dataset!r}: file not found")
@@ -193,14 +200,17 @@ def dataset_spec(dataset: str) -> str:
 def _libsvm_specs(names: Any, name: str) -> list[str]:
     if not isinstance(names, list) or not names or not all(isinstance(s, str) for s in names):
         raise ValueError(f"{name}: [data].libsvm must list LIBSVM set names, got {names!r}")
-    folder = libsvm_dir()
-    missing = [s for s in names if not (folder / f"{s}.txt").is_file()]
+    from problems import datasets
+
+    found = {s: datasets.find(s) for s in names}
+    missing = [s for s, path in found.items() if path is None]
     if missing:
+        looked = ", ".join(str(folder) for _, folder in datasets.places())
         raise DataMissing(
-            f"{name}: skipped: the LIBSVM set(s) {', '.join(missing)} are not in {folder} "
-            f"(set {LIBSVM_ENV} to the folder holding NAME.txt)"
+            f"{name}: skipped: the LIBSVM set(s) {', '.join(missing)} are not in {looked} "
+            f"(set {LIBSVM_ENV} or {datasets.DATA_ENV} to the folder holding NAME.txt)"
         )
-    return [f"libsvm:{(folder / f'{s}.txt').resolve()}" for s in names]
+    return [f"libsvm:{found[s].resolve()}" for s in names]
 
 
 def _resolve_steps(sweep: dict) -> None:
@@ -750,7 +760,7 @@ def heatmap_figure(verdict: dict[str, Any], path: Path, title: str) -> None:
     plt.close(fig)
 
 
-UNFINISHED = ("failed", "interrupted")  # statuses of runs that did not end by themselves
+UNFINISHED = ("failed", "interrupted", "write_failed")  # runs that did not end by themselves
 
 
 def _status(run_dir: Path) -> str:
@@ -876,15 +886,22 @@ def _summary_line(verdict: dict[str, Any]) -> str:
 
 def _listing() -> str:
     """The ``--list`` text: each reproduction's claim and its recorded verdicts, wrapped at the
-    terminal's width between words (a statement is never cut)."""
+    terminal's width between words (a statement is never cut), then the data sets with where
+    each was found (the runner's ``data sets:`` section, indented)."""
+    from problems import datasets
+
     names = available()
     pad = max([18, *(len(n) + 2 for n in names)])
     lines: list[tuple[str, str]] = []  # (first column, text)
     for name in names:
         try:
             lines.append((name, load_paper(name).claim.statement))
-        except DataMissing as exc:
-            lines.append((name, f"({exc})"))
+        except DataMissing:
+            with open(PAPERS / name / "config.toml", "rb") as fh:
+                raw = tomllib.load(fh)
+            missing = [s for s in raw["data"]["libsvm"] if datasets.find(s) is None]
+            statement = raw.get("claim", {}).get("statement", "")
+            lines.append((name, f"{statement} (needs {', '.join(missing)}: missing here)"))
         except (ValueError, OSError, tomllib.TOMLDecodeError) as exc:
             lines.append((name, f"(broken config: {exc})"))
         rec = recorded(name)
@@ -909,6 +926,13 @@ def _listing() -> str:
             text, width, initial_indent=f"{first:<{pad}}", subsequent_indent=" " * pad,
             break_long_words=False, break_on_hyphens=False,
         ) or [first]  # fmt: skip
+    for line in datasets.listing():  # indented: a line at the margin names a reproduction
+        text = line.lstrip()
+        lead = " " * (2 + len(line) - len(text))
+        out += textwrap.wrap(
+            text, width, initial_indent=lead, subsequent_indent=lead + "  ",
+            break_long_words=False, break_on_hyphens=False,
+        )  # fmt: skip
     return "\n".join(out) + "\n"
 
 
@@ -925,8 +949,8 @@ def _written(out: Path, verdict: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The command line; returns the exit status (0 holds or skipped, 1 fails, 2 bad input, 130
-    interrupted)."""
+    """The command line; returns the exit status (0 holds or skipped, 1 fails, 2 bad input,
+    130/143 stopped by SIGINT/SIGTERM)."""
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
     if args.list:
@@ -968,24 +992,25 @@ def main(argv: list[str] | None = None) -> int:
         else _default_out(args.name, args.quick, args.dataset, only or None)
     )
     try:
-        verdict = reproduce(
-            args.name,
-            out=out,
-            jobs=args.jobs,
-            quick=args.quick,
-            dataset=args.dataset,
-            progress=not args.quiet,
-            only=only or None,
-            prune=args.prune,
-        )
+        with interrupts.raising():
+            verdict = reproduce(
+                args.name,
+                out=out,
+                jobs=args.jobs,
+                quick=args.quick,
+                dataset=args.dataset,
+                progress=not args.quiet,
+                only=only or None,
+                prune=args.prune,
+            )
     except DataMissing as exc:
         sys.stdout.write(f"{exc}\n")
         return EXIT_HOLDS
-    except KeyboardInterrupt:
+    except interrupts.Stopped as exc:
         from experiments.sweep import INTERRUPTED_MESSAGE
 
-        sys.stderr.write(f"{INTERRUPTED_MESSAGE}; nothing recorded\n")
-        return EXIT_INTERRUPTED
+        sys.stderr.write(f"{INTERRUPTED_MESSAGE} ({exc}); nothing recorded\n")
+        return exc.code
     except ValueError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return EXIT_BAD_INPUT

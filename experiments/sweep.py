@@ -27,9 +27,15 @@ not ``interrupted``; its status is that reason (``completed``, ``diverged``, ``u
 multiplier. A run stopped by SIGINT/SIGTERM (exit 130/143, its checkpoint written) is
 ``interrupted``. Any other failure is ``failed``: the exit status and the stderr tail go to
 ``stderr.txt`` and the ``error`` column, and the sweep goes on. ``missing`` marks a run not
-attempted yet. Ctrl-C (SIGINT to the sweep and its runs) stops the sweep: no new run starts,
-the runs in flight stop after their step with a checkpoint, and rerunning the same command
-continues them.
+attempted yet. SIGINT (Ctrl-C) or SIGTERM, sent to the sweep alone or to its process group,
+stops the sweep: no new run starts, the signal is passed on to the runs in flight, which stop
+after their step with a checkpoint, the tables are written, and the sweep exits 130 (SIGINT) or
+143 (SIGTERM); rerunning the same command continues the stopped runs. A signal while the sweep
+starts (its imports, the config's checks) exits the same way with nothing run.
+
+Progress: a bar on stderr counts the finished runs and names the runs in flight with their
+last logged iteration (``EF21 m4 s0: 6000/20000``); where stderr is not a terminal (a log file,
+a batch job), the same as one line every ``COMPZOO_PROGRESS_S`` seconds (default 30).
 
 Pruning (``prune``, ``--prune``; the ``pool`` executor, rule ``bits_to_tol``): the papers'
 protocol keeps, per group, the multiplier with the fewest bits to ``tol``, so a run need not go
@@ -54,8 +60,8 @@ checkpoint that does not resume) is the sweep's own and is rerun from scratch. A
 holding a different config, or files that are not a sweep, is refused.
 The tables are rebuilt from all run folders at the end, so a resumed sweep gives complete ones.
 ``sweep.lock`` holds the process id of a live sweep; a second one on the same folder is refused
-(a lock left by a killed sweep is ignored). Runs are not killed with the sweep process: to stop
-a sweep, signal its process group.
+(a lock left by a killed sweep is ignored). A sweep killed with SIGKILL leaves its runs in
+flight to finish on their own (their fork servers end after them).
 """
 
 from __future__ import annotations
@@ -69,11 +75,13 @@ import math
 import os
 import queue
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import threading
-from concurrent.futures import ThreadPoolExecutor, as_completed
+import time
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +98,7 @@ from experiments.select import (
     run_score,
 )
 from experiments.zygote import READY
+from streams import interrupts
 
 log = logging.getLogger("compzoo.sweep")
 
@@ -98,6 +107,13 @@ STDERR_TAIL = 4000
 EXECUTORS = ("pool", "local", "slurm")
 PRUNE_POOLS = POOLS  # how seeds are pooled by the selection a pruned sweep serves
 FORK_ENV = "COMPZOO_SWEEP_FORK"  # "0": every run a plain subprocess (no fork server)
+# Where no progress bar is drawn (stderr not a terminal), a progress line every this many seconds.
+PROGRESS_ENV, PROGRESS_S = "COMPZOO_PROGRESS_S", 30.0
+
+
+class SweepStopped(interrupts.Stopped):  # noqa: N818 (a signal, not an error)
+    """The sweep stopped on SIGINT/SIGTERM: no queued run started, the runs in flight stopped
+    with their checkpoints, and the tables were written; ``signum`` says which signal."""
 
 
 def run_sweep(
@@ -127,9 +143,10 @@ def run_sweep(
         ``out`` as a ``Path``.
 
     Raises:
-        ValueError: ``jobs`` < 1, ``out`` holds a different sweep or non-sweep files,
-            another live sweep holds ``out``, or ``prune`` is unknown or cannot apply (not the
-            ``pool`` executor, or a rule other than ``bits_to_tol``).
+        ValueError: ``jobs`` < 1, a run the runner's own checks refuse (found before
+            anything starts: :mod:`experiments.validate`), ``out`` holds a different sweep or
+            non-sweep files, another live sweep holds ``out``, or ``prune`` is unknown or cannot
+            apply (not the ``pool`` executor, or a rule other than ``bits_to_tol``).
     """
     cfg = config if isinstance(config, SweepConfig) else load_config(config)
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
@@ -145,20 +162,41 @@ def run_sweep(
             raise ValueError(
                 f"pruning needs select.rule 'bits_to_tol' (fewest bits), not {cfg.select.rule!r}"
             )
+    from experiments.validate import check_grid, resolve_runs
+
+    if isinstance(config, SweepConfig):
+        check_grid(cfg)  # load_config checks the configs it reads
+    resolve_runs(cfg, device_here=executor != "slurm")
     out = Path(out)
-    _claim(out, cfg)
+    try:
+        _claim(out, cfg)
+    except OSError as e:  # a folder that cannot be made or written at all: a bad --out
+        where = e.filename or str(out)
+        raise ValueError(
+            f"cannot write the sweep folder {str(where)!r}: {e.strerror or e}; give a writable "
+            "--out"
+        ) from None
     with _lock(out):
         if executor == "pool":
-            _run_all(cfg, out, jobs, progress, prune)
+            signum = _run_all(cfg, out, jobs, progress, prune)
         else:
+            signum = 0
             _run_jobs(cfg, out, executor, cluster or {}, progress)
         write_tables(cfg, out)
+    if signum:
+        raise SweepStopped(signum)
     return out
 
 
 def _run_all(
     cfg: SweepConfig, out: Path, jobs: int, progress: bool, prune: str | None = None
-) -> None:
+) -> int:
+    """Every unfinished run, ``jobs`` at once; the signal that stopped the sweep, or 0.
+
+    SIGINT or SIGTERM (to the sweep alone or to its process group) stops the sweep: no queued
+    run starts, the signal is passed on to every run in flight (which stops after its step
+    with a checkpoint; a run that received it from the group too counts it once), and this
+    returns once they have all ended."""
     specs = cfg.runs()
     todo = [s for s in specs if not _finished(out / "runs" / s.run_id)]
     budget = _Budget(cfg, specs, out, prune) if prune is not None else None
@@ -171,30 +209,102 @@ def _run_all(
         desc=cfg.name,
         unit="run",
         file=sys.stderr,
-        disable=not progress,
+        disable=not progress or None,
     )
+    lines = _ProgressLines(cfg.name, len(specs), progress and bar.disable)
     failed = 0
     servers = _Servers(min(jobs, len(todo)), env)
-    try:
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
-            futures = [
-                pool.submit(_execute, s, out / "runs" / s.run_id, env, servers, budget)
-                for s in todo
-            ]
-            try:
-                for fut in as_completed(futures):
-                    if fut.result() == "failed":
-                        failed += 1
-                        bar.set_postfix(failed=failed)
-                    bar.update(1)
-            except KeyboardInterrupt:
-                servers.stopping.set()  # no new run starts; those in flight stop at the signal
-                for fut in futures:
-                    fut.cancel()
-                raise
-    finally:
-        servers.close()
-        bar.close()
+    done = len(specs) - len(todo)
+    with _Stopper(servers) as stopper:
+        try:
+            with ThreadPoolExecutor(max_workers=jobs) as pool:
+                futures = {
+                    pool.submit(_execute, s, out / "runs" / s.run_id, env, servers, budget)
+                    for s in todo
+                }
+                while futures:
+                    finished, futures = wait(futures, timeout=1.0, return_when=FIRST_COMPLETED)
+                    for fut in finished:
+                        if fut.result() == "failed":
+                            failed += 1
+                            bar.set_postfix(failed=failed)
+                        done += 1
+                        bar.update(1)
+                    flight = servers.in_flight()
+                    if not bar.disable:
+                        bar.set_postfix_str(_flight_text(flight, failed), refresh=True)
+                    lines.tick(done, flight, failed)
+        finally:
+            servers.close()
+            bar.close()
+    return stopper.signum
+
+
+def _flight_text(flight: list[tuple[str, int | None, int]], failed: int) -> str:
+    """The runs in flight as ``m4 s0: 6000/20000`` items (and the failed count)."""
+    parts = [f"failed {failed}"] if failed else []
+    for name, t, total in flight[:4]:
+        parts.append(f"{name}: {'-' if t is None else t}/{total}")
+    if len(flight) > 4:
+        parts.append(f"+{len(flight) - 4} more")
+    return ", ".join(parts)
+
+
+class _ProgressLines:
+    """Where no bar is drawn: a line on stderr every ``COMPZOO_PROGRESS_S`` seconds (30)."""
+
+    def __init__(self, name: str, total: int, on: bool) -> None:
+        try:
+            self.every = float(os.environ.get(PROGRESS_ENV, PROGRESS_S))
+        except ValueError:
+            self.every = PROGRESS_S
+        self.on = on and self.every > 0
+        self.name, self.total = name, total
+        self.start = self.last = time.monotonic()
+
+    def tick(self, done: int, flight: list, failed: int) -> None:
+        now = time.monotonic()
+        if not self.on or now - self.last < self.every:
+            return
+        self.last = now
+        what = _flight_text(flight, failed)
+        sys.stderr.write(
+            f"{self.name}: {done}/{self.total} runs done, {now - self.start:.0f} s"
+            + (f"; in flight: {what}" if what else "")
+            + "\n"
+        )
+        sys.stderr.flush()
+
+
+class _Stopper:
+    """SIGINT/SIGTERM handlers for the time the runs go (main thread only): the first signal
+    stops new runs and is passed on to the runs in flight, as is every later one (a run stops
+    at once on a second signal, keeping its last checkpoint)."""
+
+    def __init__(self, servers: _Servers) -> None:
+        self.servers = servers
+        self.signum = 0
+        self._old: dict[int, Any] = {}
+
+    def __enter__(self) -> _Stopper:
+        if threading.current_thread() is threading.main_thread():
+            interrupts.release()
+            self._old = {s: signal.signal(s, self._handle) for s in interrupts.SIGNALS}
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for s, old in self._old.items():
+            signal.signal(s, old)
+
+    def _handle(self, signum: int, frame) -> None:
+        if not self.signum:
+            self.signum = signum
+            sys.stderr.write(
+                f"\n{signal.Signals(signum).name}: the sweep stops; no new run starts, the runs "
+                "in flight stop after their step with a checkpoint\n"
+            )
+            sys.stderr.flush()
+        self.servers.stop(signum)
 
 
 def _run_jobs(cfg: SweepConfig, out: Path, kind: str, opts: dict, progress: bool) -> None:
@@ -232,10 +342,40 @@ class _Servers:
         self._env = env
         self._free: queue.SimpleQueue = queue.SimpleQueue()
         self._all: list[subprocess.Popen] = []
-        self._lock = threading.Lock()
+        # Re-entrant: the signal handler (main thread) may take it while the main thread holds it.
+        self._lock = threading.RLock()
         self._size = size if hasattr(os, "fork") and os.environ.get(FORK_ENV) != "0" else 0
         self._started = 0
-        self.stopping = threading.Event()  # set on Ctrl-C: no run starts any more
+        self.stopping = threading.Event()  # set on a signal: no run starts any more
+        self._signum = 0
+        self._flight: dict[int, tuple[str, Path, int]] = {}  # pid -> (name, run folder, iters)
+
+    def started(self, pid: int, watch: tuple[str, Path, int] | None) -> None:
+        """A run's process ``pid`` is running; it gets the sweep's signal if one came."""
+        with self._lock:
+            self._flight[pid] = watch or ("run", Path("."), 0)
+            signum = self._signum
+        if signum:
+            _kill(pid, signum)  # it began as the sweep stopped
+
+    def ended(self, pid: int) -> None:
+        with self._lock:
+            self._flight.pop(pid, None)
+
+    def stop(self, signum: int) -> None:
+        """Start no run any more and pass ``signum`` on to every run in flight."""
+        with self._lock:
+            self._signum = self._signum or signum
+            self.stopping.set()
+            pids = list(self._flight)
+        for pid in pids:
+            _kill(pid, signum)
+
+    def in_flight(self) -> list[tuple[str, int | None, int]]:
+        """``(name, last logged iteration or None, iterations)`` of each run in flight."""
+        with self._lock:
+            watched = list(self._flight.values())
+        return [(name, _last_iter(path / "history.csv"), total) for name, path, total in watched]
 
     def take(self) -> subprocess.Popen | None:
         """A free server (started if none is and fewer than ``size`` are alive), or None: use
@@ -282,15 +422,52 @@ class _Servers:
                 proc.kill()
 
 
-def _serve(proc: subprocess.Popen, argv: list[str], stderr: Path) -> int | None:
-    """One run forked from ``proc``; its exit status, or None when the server is gone."""
+def _kill(pid: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, signum)
+
+
+def _last_iter(path: Path) -> int | None:
+    """The iteration of the last complete row of a run's ``history.csv`` (None: none yet)."""
+    try:
+        with open(path, "rb") as fh:
+            size = fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, size - 4096))
+            tail = fh.read()
+    except OSError:
+        return None
+    rows = tail.split(b"\n")[:-1]  # the text after the last newline may be half a row
+    try:
+        return int(rows[-1].split(b",", 1)[0]) if rows else None
+    except ValueError:
+        return None
+
+
+def _serve(
+    proc: subprocess.Popen,
+    argv: list[str],
+    stderr: Path,
+    servers: _Servers | None = None,
+    watch: tuple[str, Path, int] | None = None,
+) -> int | None:
+    """One run forked from ``proc``; its exit status, or None when the server is gone. The
+    server names the child's pid first, which ``servers`` tracks while the run goes."""
+    pid = None
     try:
         proc.stdin.write(json.dumps({"argv": argv, "stderr": str(stderr)}) + "\n")
         proc.stdin.flush()
-        answer = proc.stdout.readline()
-        return int(json.loads(answer)["status"]) if answer else None
-    except (OSError, ValueError, KeyError):
+        answer = json.loads(proc.stdout.readline() or "{}")
+        if "pid" in answer:
+            pid = int(answer["pid"])
+            if servers is not None:
+                servers.started(pid, watch)
+            answer = json.loads(proc.stdout.readline() or "{}")
+        return int(answer["status"]) if "status" in answer else None
+    except (OSError, ValueError, KeyError, TypeError):
         return None
+    finally:
+        if pid is not None and servers is not None:
+            servers.ended(pid)
 
 
 @contextlib.contextmanager
@@ -405,10 +582,25 @@ def _execute(
     ``missing`` when the sweep is stopping and the run did not start."""
     if servers is not None and servers.stopping.is_set():
         return "missing"
+    try:
+        return _execute_one(spec, run_dir, env, servers, budget)
+    except OSError as e:  # the sweep's own files (stderr.txt, a run folder): a full disk
+        where = f" {e.filename!r}" if e.filename else ""
+        log.warning("run %s: cannot write%s: %s", spec.run_id, where, e.strerror or e)
+        return "failed"
+
+
+def _execute_one(
+    spec: RunSpec, run_dir: Path, env: dict[str, str], servers: _Servers | None,
+    budget: _Budget | None,
+) -> str:  # fmt: skip
     cap = budget.max_bits(spec) if budget is not None else None
     extra = ["--max-bits", repr(cap)] if cap is not None else []
+    watch = (_short_name(spec), run_dir, int(spec.params.get("iters", 1000)))
     if _interrupted(run_dir):
-        code, stderr = _launch(["--resume", str(run_dir), "--quiet", *extra], env, servers)
+        code, stderr = _launch(
+            ["--resume", str(run_dir), "--quiet", *extra], env, servers, watch=watch
+        )
         if code is None:
             return "missing"
         summary = _summary(run_dir)
@@ -416,12 +608,14 @@ def _execute(
             return str(summary.get("reason", "completed"))
         if code in INTERRUPTED_EXIT and _interrupted(run_dir):
             return "interrupted"  # stopped again: its newer checkpoint is kept for the next sweep
+        if _stopped_before_start(code, servers):
+            return "interrupted"  # its checkpoint is as it was
         log.warning("run %s did not resume (exit status %s); running it afresh", spec.run_id, code)
     if run_dir.exists():
         shutil.rmtree(run_dir)  # the sweep's own unfinished run: start it afresh
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     argv = [*spec.argv, "--quiet", "--out", str(run_dir), "--overwrite", *extra]
-    code, stderr = _launch(argv, env, servers, run_dir)
+    code, stderr = _launch(argv, env, servers, run_dir, watch=watch)
     if code is None:
         return "missing"
     summary = _summary(run_dir)
@@ -429,6 +623,9 @@ def _execute(
         return str(summary.get("reason", "completed"))
     if code in INTERRUPTED_EXIT and _interrupted(run_dir):
         return "interrupted"  # its checkpoint is there: the next sweep continues it
+    if _stopped_before_start(code, servers):
+        shutil.rmtree(run_dir, ignore_errors=True)  # nothing ran: as if never started
+        return "missing"
     run_dir.mkdir(parents=True, exist_ok=True)
     tail = stderr[-STDERR_TAIL:]
     (run_dir / "stderr.txt").write_text(f"exit status {code}\n{tail}")
@@ -437,8 +634,28 @@ def _execute(
     return "failed"
 
 
+def _short_name(spec: RunSpec) -> str:
+    """A run's name in progress lines: its label and what varies (``EF21 m4 s0``)."""
+    parts = [str(spec.params.get("label", spec.params.get("algorithm", "run")))]
+    mult, seed = spec.params.get("step_mult"), spec.params.get("seed")
+    if mult is not None:
+        parts.append(f"m{float(mult):g}")
+    if seed is not None:
+        parts.append(f"s{seed}")
+    return " ".join(parts)
+
+
+def _stopped_before_start(code: int | None, servers: _Servers | None) -> bool:
+    """A run that exited on the sweep's signal before its first step (nothing written)."""
+    return code in INTERRUPTED_EXIT and servers is not None and servers.stopping.is_set()
+
+
 def _launch(
-    argv: list[str], env: dict[str, str], servers: _Servers | None, fresh: Path | None = None
+    argv: list[str],
+    env: dict[str, str],
+    servers: _Servers | None,
+    fresh: Path | None = None,
+    watch: tuple[str, Path, int] | None = None,
 ) -> tuple[int | None, str]:
     """``algorithms.run`` with ``argv``, forked from a fork server or in a subprocess: (exit
     status, stderr). If the server dies under it, ``fresh`` (the folder of a run started from
@@ -453,7 +670,7 @@ def _launch(
         fd, tmp = tempfile.mkstemp(prefix="compzoo-run-", suffix=".stderr")
         os.close(fd)
         try:
-            code = _serve(proc, argv, Path(tmp))
+            code = _serve(proc, argv, Path(tmp), servers, watch)
             stderr = Path(tmp).read_text(errors="replace")
         finally:
             Path(tmp).unlink(missing_ok=True)
@@ -464,12 +681,19 @@ def _launch(
             shutil.rmtree(fresh)  # the server died under the run: run it afresh below
     if servers is not None and servers.stopping.is_set():
         return None, ""
-    done = subprocess.run(
+    child = subprocess.Popen(
         [sys.executable, "-m", "algorithms.run", *argv], env=env,
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-        text=True, errors="replace", check=False,
+        text=True, errors="replace",
     )  # fmt: skip
-    return done.returncode, done.stderr
+    if servers is not None:
+        servers.started(child.pid, watch)
+    try:
+        _, stderr = child.communicate()
+    finally:
+        if servers is not None:
+            servers.ended(child.pid)
+    return child.returncode, stderr
 
 
 class _Budget:
@@ -519,7 +743,7 @@ class _Budget:
             return self._read[run_id]
         run_dir = self._out / "runs" / run_id
         summary = _summary(run_dir)
-        if summary is None or summary.get("reason") == "interrupted":
+        if summary is None or summary.get("reason") in UNFINISHED_REASONS:
             return None
         rows = _history(run_dir)
         start = float(rows[0]["bits_up"]) if rows and rows[0].get("bits_up") else 0.0
@@ -539,24 +763,31 @@ def _summary(run_dir: Path) -> dict | None:
 
 
 INTERRUPTED_EXIT = (130, 143)  # the runner's exit status after SIGINT / SIGTERM
+EXIT_WRITE_FAILED = 5  # the sweep folder (or a run's files) could not be written: a full disk
 INTERRUPTED_MESSAGE = (
     "interrupted: finished runs are kept and runs stopped mid-way kept their checkpoints; "
     "rerun the same command to continue"
 )
 
 
+# Stop reasons of runs that did not end by themselves: stopped by a signal, or by a file they
+# could not write (a full disk). The next sweep continues them from their checkpoint.
+UNFINISHED_REASONS = ("interrupted", "write_failed")
+
+
 def _finished(run_dir: Path) -> bool:
     """Whether a run folder holds a run that ended (a summary, not an interruption)."""
     summary = _summary(run_dir)
-    return summary is not None and summary.get("reason") != "interrupted"
+    return summary is not None and summary.get("reason") not in UNFINISHED_REASONS
 
 
 def _interrupted(run_dir: Path) -> bool:
-    """Whether a run folder holds a run stopped by a signal, with a checkpoint to go on from."""
+    """Whether a run folder holds a run stopped by a signal or a failed write, with a
+    checkpoint to go on from."""
     summary = _summary(run_dir)
     return (
         summary is not None
-        and summary.get("reason") == "interrupted"
+        and summary.get("reason") in UNFINISHED_REASONS
         and (run_dir / "checkpoint" / "meta.json").is_file()
     )
 
@@ -617,7 +848,7 @@ HELP_FORMAT = """\
 The config (TOML). Top-level keys: name, [base], [[methods]], [grid], [select]; any other key
 is refused with the allowed ones named.
 
-  name = "ef21-vs-ef"          # the sweep's name (default: the file's stem); letters, digits, ._=+-
+  name = "ef21-vs-ef"          # the sweep's name (default: the file's stem): a folder name
   [base]                       # runner flags shared by every run: the flags of
   problem = "quadratic"        #   python -m algorithms.run, without "--" (dashes or underscores)
   nodes = 10
@@ -640,15 +871,22 @@ is refused with the allowed ones named.
 
 The keys are the runner's flag names, singular as the flags are: seed, compressor, step_mult. A
 grid key may not also be set in [base] or a method. out, overwrite, quiet, resume and list are
-set by the sweep itself. Every run's arguments are checked by the runner's own parser before
-anything runs: a bad key or value exits with status 2 and a message naming it.
+set by the sweep itself. The whole grid is checked before anything runs: the name is one folder
+name (letters, digits and ._=+-, not starting with a dot); a key takes at most 10000 values and
+a sweep at most 100000 runs; no key may repeat a value as the runner reads it (1, 1.0 and 1e0
+are one value) and no two methods may give the same runs; every run's values pass the runner's
+own parser and checks, and one run per group is resolved as the runner resolves it (problem
+built, data read). A bad key or value exits with status 2 and a message naming the key and the
+value, and nothing is written.
 
 The folder (--out, default runs/sweeps/NAME) gets sweep.json (the resolved config), runs/RUN_ID/
 (each run's own files), summary.csv (one row per run: status, parameters, final metrics) and
 best.csv (one row per group of runs differing only in step_mult and seed: the chosen
 multiplier, or an empty one and a status saying why none was chosen, e.g. "all diverged").
 Rerunning the same config into the same folder resumes it. Exit status: 0 done, 1 some run
-failed (see its stderr.txt) or was interrupted, 2 bad input, 130 interrupted (Ctrl-C).
+failed (see its stderr.txt) or was interrupted, 2 bad input, 5 the sweep folder could not be
+written (a full disk), 130/143 stopped by SIGINT (Ctrl-C) / SIGTERM: no new run started, the
+runs in flight stopped with their checkpoints; the same command continues them.
 Example: examples/sweep.toml.
 """
 
@@ -712,21 +950,22 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     try:
-        cfg = load_config(args.config)
-        out = run_sweep(
-            cfg, args.out or Path("runs") / "sweeps" / cfg.name, args.jobs, not args.quiet,
-            args.executor, cluster_opts, "mean" if args.prune else None,
-        )  # fmt: skip
-    except KeyboardInterrupt:
-        print(INTERRUPTED_MESSAGE, file=sys.stderr)
-        return 130
+        with interrupts.raising():
+            cfg = load_config(args.config)
+            out = run_sweep(
+                cfg, args.out or Path("runs") / "sweeps" / cfg.name, args.jobs, not args.quiet,
+                args.executor, cluster_opts, "mean" if args.prune else None,
+            )  # fmt: skip
+    except interrupts.Stopped as e:
+        print(f"{INTERRUPTED_MESSAGE} ({e})", file=sys.stderr)
+        return e.code
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except OSError as e:
         where = f" {e.filename!r}" if e.filename else ""
         print(f"error: cannot write the sweep folder{where}: {e.strerror or e}", file=sys.stderr)
-        return 2
+        return EXIT_WRITE_FAILED
     with (out / "summary.csv").open(newline="") as fh:
         statuses = [r["status"] for r in csv.DictReader(fh)]
     counts = {s: statuses.count(s) for s in dict.fromkeys(statuses)}
@@ -738,7 +977,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.quiet:
         done = ", ".join(f"{n} {s}" for s, n in counts.items())
         print(f"{cfg.name}: {len(statuses)} runs ({done}); tables in {out}")
-    return 1 if counts.get("failed") or counts.get("interrupted") else 0
+    return 1 if any(counts.get(s) for s in ("failed", *UNFINISHED_REASONS)) else 0
 
 
 if __name__ == "__main__":

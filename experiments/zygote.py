@@ -9,9 +9,10 @@ request at a time, as JSON lines on its stdin::
 
     {"argv": ["ef21", "--iters", "10", ...], "stderr": "/path/to/file"}
 
-It forks; the child points stdin and stdout at ``/dev/null`` and stderr at the given file, runs
-``algorithms.run.run(argv)`` exactly as ``python -m algorithms.run ARGV`` would (the same
-logging set-up, the same exit status) and exits; the server waits for it and answers
+It forks and answers ``{"pid": P}`` (the child's process id, so that the sweep can pass a
+signal on to it); the child points stdin and stdout at ``/dev/null`` and stderr at the given
+file, runs ``algorithms.run.run(argv)`` exactly as ``python -m algorithms.run ARGV`` would (the
+same logging set-up, the same exit status) and exits; the server waits for it and answers
 ``{"status": N}`` (N < 0: killed by signal -N). The child is a fresh copy of a process that has
 only imported modules: it has no state from other runs, and the same seed gives the same history
 as a run in its own process.
@@ -20,9 +21,10 @@ Fork safety: the server never runs a torch operation or a parallel kernel, so it
 to lose in the fork (torch's OpenMP pool and numba's start at their first parallel call, in the
 child). It is started with the runs' environment (``OMP_NUM_THREADS=1`` from the sweep), which
 torch reads at import. The children stay in the sweep's process group, so signalling the group
-stops them as it stops the sweep. The server itself ignores SIGINT (a Ctrl-C reaches the whole
-group): it waits for its child, which stops after its step with a checkpoint, and reports the
-child's exit status; the child starts with Python's own SIGINT handler.
+stops them as it stops the sweep. The server itself ignores SIGINT and SIGTERM (a Ctrl-C or a
+scheduler's SIGTERM reaches the whole group): it waits for its child, which stops after its
+step with a checkpoint, and reports the child's exit status, and it ends when its stdin closes
+(the sweep is done, or gone). The child starts with Python's own handlers of both signals.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ def _child(runner, req: dict) -> None:
     code = 70
     try:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
         null = os.open(os.devnull, os.O_RDWR)
         err = os.open(req["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(null, 0)
@@ -87,7 +90,9 @@ def serve(inp=None, out=None) -> int:
     """Serve requests from ``inp`` (default stdin) until it ends; answers go to ``out``."""
     inp = sys.stdin if inp is None else inp
     out = sys.stdout if out is None else out
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the child's status says what a Ctrl-C did
+    # The child's status says what a signal did; the server ends with its stdin.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     import algorithms.run as runner
 
     _preload()
@@ -100,6 +105,8 @@ def serve(inp=None, out=None) -> int:
         pid = os.fork()
         if pid == 0:
             _child(runner, req)
+        out.write(json.dumps({"pid": pid}) + "\n")
+        out.flush()
         _, status = os.waitpid(pid, 0)
         out.write(json.dumps({"status": os.waitstatus_to_exitcode(status)}) + "\n")
         out.flush()

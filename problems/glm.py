@@ -27,7 +27,7 @@ import torch
 
 from problems import cache, glm_consts, glm_kernels, solver
 from problems.base import Batch, Consts, Problem, _Lazy, parse_x0
-from problems.data import load_tabular
+from problems.data import MAX_DIM, load_tabular
 from problems.linalg import single_threaded
 from problems.splits import split as split_rows
 from streams import Streams
@@ -48,6 +48,7 @@ DATA_KNOBS: dict[str, tuple[Any, str]] = {
     "scale": ("none", "feature scaling: none, standard, maxabs, rownorm"),
     "index_base": (1, "first feature index of a LIBSVM file: 1 (LIBSVM) or 0 (zero-based)"),
     "max_dense_gib": (4.0, "refuse a LIBSVM file whose dense N x d float64 design exceeds this"),
+    "max_dim": (MAX_DIM, "refuse a LIBSVM file whose d exceeds both this and its stored entries"),
     "storage": ("auto", "gradients' data layout: auto (dense above 1/4 non-zeros), dense, csr"),
     "server_rows": (0, "rows drawn at random (seeded) for the server's own data, held out of the "
                     "nodes' (CAFe-S); 0: the server holds none"),

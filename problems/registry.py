@@ -20,6 +20,7 @@ from problems.quadratic import Quadratic
 from problems.sigmoid_squared import SigmoidSquared
 from problems.torch_model import TorchModel
 from streams import plugins
+from streams.suggest import did_you_mean
 
 __all__ = ["PROBLEMS", "SPLIT_HELP", "X0_HELP", "make_problem", "parse_dtype"]
 
@@ -101,7 +102,8 @@ def make_problem(
         **knobs: the problem's own knobs (``PROBLEMS[name].knobs``); None means default.
     """
     if name not in PROBLEMS:
-        raise ValueError(f"unknown problem {name!r}; allowed: {', '.join(PROBLEMS)}")
+        hint = did_you_mean(name, PROBLEMS)
+        raise ValueError(f"unknown problem {name!r}{hint}; allowed: {', '.join(PROBLEMS)}")
     cls = PROBLEMS[name]
     unknown = sorted(set(knobs) - set(cls.knobs))
     if unknown:

@@ -32,9 +32,15 @@ from dataclasses import dataclass
 # is kept.
 os.environ.setdefault("GOMP_SPINCOUNT", "10000")
 
+# A command started with ``python -m`` stops cleanly on SIGINT/SIGTERM from here on, while the
+# imports below take their second or two (streams.interrupts).
+from streams import interrupts  # noqa: E402
+
+interrupts.guard()
+
 import torch  # noqa: E402
 
-from streams import compiled
+from streams import compiled  # noqa: E402
 
 __all__ = ["Streams"]
 

@@ -49,6 +49,8 @@ from pathlib import Path
 
 import numpy as np
 
+from streams import interrupts
+
 __all__ = ["build_parser", "findings", "main", "predict", "table_rows"]
 
 EXIT_OK, EXIT_BAD, EXIT_FAILED = 0, 2, 3
@@ -173,6 +175,15 @@ def _launch(tb, args, methods: list[str], out: Path, accuracy: bool) -> dict:
         for p in procs:
             p.kill()
         raise RuntimeError(f"launch timed out after {args.timeout} s") from None
+    except BaseException:  # a signal: the workers must not outlive the study
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        raise
     finally:
         for log in logs:
             log.close()
@@ -471,6 +482,21 @@ def report(rows, measured, args, notes: list[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line. SIGINT or SIGTERM at any moment stops it without a traceback: the
+    launches in flight are stopped, the links removed, what was measured is kept in
+    ``measurements.json``, and the exit status is 130 or 143."""
+    try:
+        with interrupts.raising():
+            return _main(argv)
+    except interrupts.Stopped as exc:
+        sys.stderr.write(
+            f"interrupted by {exc}: the launches were stopped and the links removed; what was "
+            "measured so far is in measurements.json of --out\n"
+        )
+        return exc.code
+
+
+def _main(argv: list[str] | None = None) -> int:
     from tqdm import tqdm
 
     from systems import netns
@@ -529,9 +555,6 @@ def main(argv: list[str] | None = None) -> int:
                         failures.append(f"W={W}, {bw} Gbit/s: {exc}")
                         sys.stderr.write(f"launch failed: W={W}, {bw} Gbit/s: {exc}\n")
                     bar.update(1)
-    except KeyboardInterrupt:
-        sys.stderr.write("interrupted: links removed; what was measured is in measurements.json\n")
-        return 130
     finally:
         bar.close()
     if not measured:

@@ -1,13 +1,18 @@
 """Checkpoints that hold data only: tensors, numbers, strings, lists and dicts.
 
-``OUT/checkpoint/rankR.pt`` holds one process's whole state (the method's state as its class
-name and fields, the bit ledger, the clocks, the last logged row) and is read with
+``OUT/checkpoint/rankR-iterT.pt`` holds process R's whole state at iteration T (the method's
+state as its class name and fields, the bit ledger, the clocks, the last logged row) and is
+read with
 ``torch.load(weights_only=True)``: no Python object is rebuilt from the file, so a crafted
 checkpoint cannot run code; the state's class is looked up among the method state classes
 (subclasses of :class:`algorithms.base.State`) by name. ``OUT/checkpoint/meta.json``, written by
 rank 0 once every rank has written, names the iteration, the run id and the length and SHA-256
 of ``history.csv`` at that iteration, so that ``--resume`` continues only the run that wrote the
-folder and only from the history that run logged.
+folder and only from the history that run logged. ``meta.json`` is the commit: the files of a
+new checkpoint are written (each atomically, :mod:`algorithms.runner.files`) before it, and the
+older ones removed only after it, so a crash or a full disk at any moment leaves the previous
+checkpoint whole. On resume every field of the state is checked against the state the method
+builds on this problem (:func:`check_state`: kind, shape and dtype).
 
 Every unreadable or foreign file ends as :class:`BadInput` (exit 2) naming the file.
 """
@@ -17,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 import pickle
 import re
 import warnings
@@ -28,14 +32,27 @@ import torch
 
 from algorithms.base import State
 from algorithms.runner.common import BadInput
+from algorithms.runner.files import WriteFailed, write_atomic, write_text_atomic
 
-FORMAT, VERSION = "compzoo-checkpoint", 2
+FORMAT, VERSION = "compzoo-checkpoint", 3
+# Version 2 named a process's file rankR.pt; version 3 names it by its iteration too, so that a
+# new checkpoint is complete (every file written, then meta.json) before the old one goes.
+READABLE_VERSIONS = (2, 3)
 _OLD = "was written by an older runner in a format that stores Python objects, which cannot be "
 _OLD += "loaded safely; rerun the run (with --checkpoint-every to resume later)"
 
 
-def checkpoint_file(out: Path, comm) -> Path:
-    return out / "checkpoint" / f"rank{comm.rank}.pt"
+def checkpoint_file(out: Path, rank: int, t: int, version: int = VERSION) -> Path:
+    """Process ``rank``'s file of the checkpoint at iteration ``t``."""
+    name = f"rank{rank}.pt" if version == 2 else f"rank{rank}-iter{t}.pt"
+    return out / "checkpoint" / name
+
+
+def _drop_older(out: Path, rank: int, keep: Path) -> None:
+    """Remove this process's files of earlier checkpoints, once a newer one is complete."""
+    for old in (out / "checkpoint").glob(f"rank{rank}[.-]*pt"):
+        if old != keep:
+            old.unlink(missing_ok=True)
 
 
 def history_digest(path: Path, nbytes: int | None = None) -> dict[str, Any]:
@@ -63,9 +80,11 @@ def state_record(state: State) -> dict[str, Any]:
 def save_checkpoint(
     out: Path, comm, state, t: int, wall: float, watch, last, is_writer: bool, run_id: str
 ) -> None:
-    """Write this process's whole state at iteration ``t`` (atomically: a crash mid-write leaves
-    the previous checkpoint intact). Rank 0 writes ``meta.json`` once every rank has written."""
-    path = checkpoint_file(out, comm)
+    """Write this process's whole state at iteration ``t`` (atomically: a crash or a full disk
+    mid-write leaves the previous checkpoint intact, and raises
+    :class:`algorithms.runner.files.WriteFailed`). Rank 0 writes ``meta.json`` once every rank
+    has written."""
+    path = checkpoint_file(out, comm.rank, t)
     path.parent.mkdir(parents=True, exist_ok=True)
     led = comm.ledger
     blob = {
@@ -87,9 +106,7 @@ def save_checkpoint(
         "n": comm.n,
         "nodes": comm.nodes,
     }
-    tmp = path.with_suffix(".tmp")
-    torch.save(blob, tmp)
-    os.replace(tmp, path)
+    write_atomic(path, lambda fh: torch.save(blob, fh))
     comm.barrier()
     if is_writer:
         meta = {
@@ -101,9 +118,13 @@ def save_checkpoint(
             "files": comm.world,
             "history": history_digest(out / "history.csv"),
         }
-        tmp = path.parent / "meta.json.tmp"
-        tmp.write_text(json.dumps(meta) + "\n")
-        os.replace(tmp, path.parent / "meta.json")
+        try:
+            write_text_atomic(path.parent / "meta.json", json.dumps(meta) + "\n")
+        except WriteFailed:
+            path.unlink(missing_ok=True)  # not committed: give its room back
+            raise
+    comm.barrier()  # meta.json names the new files: the older ones may go
+    _drop_older(out, comm.rank, path)
 
 
 def read_meta(out: Path) -> dict[str, Any]:
@@ -125,7 +146,14 @@ def read_meta(out: Path) -> dict[str, Any]:
     hist = meta.get("history") or {}
     if not bad and not (isinstance(hist.get("bytes"), int) and isinstance(hist.get("sha256"), str)):
         bad = ["history"]
-    if bad or meta["format"] != FORMAT or meta["version"] != VERSION or meta["iter"] < 0:
+    if not bad and meta["format"] == FORMAT and meta["version"] not in READABLE_VERSIONS:
+        raise BadInput(
+            f"--resume: the checkpoint {str(path)!r} is of {FORMAT} version {meta['version']}, "
+            f"written by another version of compzoo; this one reads versions "
+            f"{', '.join(map(str, READABLE_VERSIONS))}: resume it with the compzoo that wrote it, "
+            "or rerun the run"
+        )
+    if bad or meta["format"] != FORMAT or meta["iter"] < 0:
         raise BadInput(
             f"--resume: {str(path)!r} is not a {FORMAT} version {VERSION} meta.json "
             f"(bad or missing: {', '.join(bad) or 'format/version/iter'}); rerun the run"
@@ -172,13 +200,74 @@ def _state_from(record: Any, path: Path, x0: torch.Tensor) -> State:
     if not isinstance(fields, dict) or set(fields) != names:
         raise BadInput(f"--resume: {str(path)!r}: the fields of {cls.__name__} do not match")
     x = fields["x"]
-    if not isinstance(x, torch.Tensor) or x.shape != x0.shape or x.dtype != x0.dtype:
-        got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+    if not _same_kind(x, x0):
         raise BadInput(
-            f"--resume: {str(path)!r}: the iterate has shape {got}, the problem needs "
-            f"{tuple(x0.shape)} {x0.dtype}"
+            f"--resume: {str(path)!r}: the iterate x is {_describe(x)}; the problem needs "
+            f"{_describe(x0)}"
         )
     return cls(**fields)
+
+
+def _describe(v: Any) -> str:
+    if isinstance(v, torch.Tensor):
+        return f"a tensor of shape {tuple(v.shape)} and dtype {str(v.dtype).removeprefix('torch.')}"
+    return "None" if v is None else f"a {type(v).__name__}"
+
+
+def _same_kind(got: Any, want: Any) -> bool:
+    if isinstance(want, torch.Tensor):
+        return isinstance(got, torch.Tensor) and got.shape == want.shape and got.dtype == want.dtype
+    if want is None or got is None:
+        return want is None and got is None
+    if isinstance(want, bool) or isinstance(got, bool):
+        return isinstance(want, bool) and isinstance(got, bool)
+    if isinstance(want, (int, float)):
+        return isinstance(got, (int, float)) and not isinstance(got, torch.Tensor)
+    return type(got) is type(want)
+
+
+def check_state(state: State, reference: State, path: Path | str) -> None:
+    """Every field of a checkpointed ``state`` must be of the kind the method builds: a tensor
+    of the same shape and dtype as ``reference``'s (the method's ``init`` on this problem), a
+    number where it has a number, None where it has None. A mismatch is :class:`BadInput`
+    naming the field, what the method builds and what the file holds."""
+    if type(state) is not type(reference):
+        raise BadInput(
+            f"--resume: {str(path)!r} holds a {type(state).__name__}, but this run's method "
+            f"builds a {type(reference).__name__}; the checkpoint is not this run's"
+        )
+    for f in dataclasses.fields(reference):
+        got, want = getattr(state, f.name), getattr(reference, f.name)
+        if not _same_kind(got, want):
+            raise BadInput(
+                f"--resume: {str(path)!r}: field {f.name!r} of {type(state).__name__} is "
+                f"{_describe(got)}; the method builds {_describe(want)}; the checkpoint does not "
+                "fit this run (altered, or written by another version): rerun the run"
+            )
+
+
+def _check_extras(blob: dict, path: Path) -> None:
+    """The clocks and the last logged row: plain numbers (they are printed and summed)."""
+    number = (int, float)
+    last, times = blob.get("last"), blob.get("times")
+    bad = None
+    if not isinstance(blob.get("wall"), number) or isinstance(blob.get("wall"), bool):
+        bad = "wall"
+    elif not isinstance(times, dict) or not all(
+        isinstance(v, number) and not isinstance(v, bool) for v in times.values()
+    ):
+        bad = "times"
+    elif not isinstance(last, dict) or not all(
+        v is None or isinstance(v, (int, float, str)) for v in last.values()
+    ):
+        bad = "last"
+    elif not all(isinstance(last.get(k), number) for k in ("iter", "f", "grad_norm_sq")):
+        bad = "last"
+    if bad is not None:
+        raise BadInput(
+            f"--resume: {str(path)!r}: its {bad!r} entry is not what the runner writes (plain "
+            "numbers); the checkpoint is altered or not this runner's: rerun the run"
+        )
 
 
 def load_checkpoint(out: Path, comm, x0: torch.Tensor, run_id: str) -> dict[str, Any]:
@@ -196,8 +285,9 @@ def load_checkpoint(out: Path, comm, x0: torch.Tensor, run_id: str) -> dict[str,
     if meta["files"] != comm.world:
         blob, path = _reshard(out, comm, meta, x0.device, run_id)
     else:
-        path = checkpoint_file(out, comm)
+        path = checkpoint_file(out, comm.rank, meta["iter"], meta["version"])
         blob = _load(path, x0.device)
+        _drop_older(out, comm.rank, path)  # files of a checkpoint meta.json never named
     _check_blob(blob, path, run_id)
     nodes, led = blob.get("nodes"), blob.get("ledger")
     if (
@@ -209,9 +299,13 @@ def load_checkpoint(out: Path, comm, x0: torch.Tensor, run_id: str) -> dict[str,
             isinstance(led.get(k), torch.Tensor) and led[k].shape == (comm.m,)
             for k in ("up", "down")
         )  # fmt: skip
+        or not all(isinstance(led.get(k), int) for k in ("rounds", "full_vectors_up"))
+        or not isinstance(led.get("extra"), dict)
     ):
         raise BadInput(f"--resume: checkpoint files in {str(out)!r} disagree; rerun instead")
+    _check_extras(blob, path)
     blob["state"] = _state_from(blob.get("state"), path, x0)
+    blob["path"] = path
     blob["meta"] = meta
     ledger = comm.ledger
     ledger.up.copy_(led["up"])
@@ -243,7 +337,7 @@ def _reshard(out: Path, comm, meta: dict, device, run_id: str) -> tuple[dict, Pa
     """This process's checkpoint when the run was checkpointed by another number of processes:
     every file is read, the per-node rows (state fields ``*_i``, the bit ledger) are put in node
     order and this process's block is cut from them; the other fields come from rank 0."""
-    files = [out / "checkpoint" / f"rank{r}.pt" for r in range(meta["files"])]
+    files = [checkpoint_file(out, r, meta["iter"], meta["version"]) for r in range(meta["files"])]
     blobs = []
     for path in files:
         blob = _load(path, device)

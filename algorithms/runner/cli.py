@@ -18,6 +18,7 @@ from typing import Any
 from algorithms.registry import ALGORITHMS, ALIASES
 from algorithms.runner.common import RESUME_OVERRIDES, BadInput
 from compressors import COMPRESSORS
+from streams.suggest import did_you_mean
 
 
 def method_options() -> dict[str, tuple[str, Any]]:
@@ -50,8 +51,23 @@ def method_options() -> dict[str, tuple[str, Any]]:
     return out
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with a short error: one line naming the bad flag or value, a close flag name
+    for a mistyped one, and where the help is (not the whole usage of every flag)."""
+
+    def error(self, message: str):
+        unknown = re.match(r"unrecognized arguments: (.*)", message)
+        if unknown:
+            flags = [o[2:] for o in self._option_string_actions if o.startswith("--")]
+            for tok in unknown.group(1).split():
+                if tok.startswith("--"):
+                    message += did_you_mean(tok[2:].split("=", 1)[0], flags, prefix="--")
+                    break
+        self.exit(2, f"{self.prog}: error: {message}; see --help\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
+    ap = _Parser(
         prog="python -m algorithms.run",
         description="Run one communication-compressed method on one problem.",
     )
@@ -206,6 +222,7 @@ def first_sentence(obj) -> str:
 
 
 def list_everything() -> str:
+    from problems import datasets
     from problems.registry import PROBLEMS
 
     lines = ["algorithms:"]
@@ -225,6 +242,7 @@ def list_everything() -> str:
             f"  {name:16s} {cls.description or first_sentence(cls)}"
             + (f"  [--problem-opt {knobs}]" if knobs else "")
         )
+    lines += datasets.listing()
     return "\n".join(lines)
 
 
@@ -238,9 +256,15 @@ def parse_knobs(problem: str, items: list[str]) -> dict[str, Any]:
         key, eq, raw = item.partition("=")
         if not eq:
             raise BadInput(f"--problem-opt expects KEY=VALUE, got {item!r}")
+        if key in knobs:
+            raise BadInput(
+                f"--problem-opt {key} is given twice ({knobs[key]!r}, then {raw!r}); give each "
+                "key once"
+            )
         if cls is None or key not in cls.knobs:
             allowed = ", ".join(cls.knobs) if cls else "none"
-            raise BadInput(f"unknown --problem-opt {key!r} for {problem}; allowed: {allowed}")
+            hint = did_you_mean(key, cls.knobs) if cls else ""
+            raise BadInput(f"unknown --problem-opt {key!r} for {problem}{hint}; allowed: {allowed}")
         default = cls.knobs[key][0]
         try:
             if isinstance(default, bool):
@@ -260,6 +284,10 @@ def parse_knobs(problem: str, items: list[str]) -> dict[str, Any]:
 
 def check_run_options(args) -> None:
     """The run options' ranges (those the problem, method and comm layer do not check)."""
+    for key in ("out", "resume"):
+        val = getattr(args, key, None)
+        if val is not None and not str(val).strip():
+            raise BadInput(f"--{key} is empty; give a folder path (e.g. --{key} runs/mine)")
     for key, val in (("--iters", args.iters), ("--nodes", args.nodes)):
         if val is not None and val < 1:
             raise BadInput(f"{key} must be >= 1, got {val}")
@@ -295,6 +323,8 @@ def given_options(ap: argparse.ArgumentParser, tokens: list[str]) -> set[str]:
 
 def resume_args(tokens: list[str], args: argparse.Namespace) -> argparse.Namespace:
     """The arguments of the run in ``args.resume``, with the overrides ``tokens`` give."""
+    if not args.resume.strip():
+        raise BadInput("--resume is empty; give the folder of a run (the --out of a run)")
     folder = Path(args.resume)
     cfg = folder / "config.json"
     if not cfg.is_file():

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import signal
+# A run stopped by a signal exits 128 + the signal's number, as a shell reports it.
+from streams.interrupts import EXIT_SIGNAL  # noqa: F401  (re-exported)
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_COMM = 0, 2, 3, 4
-# A run stopped by a signal exits 128 + the signal's number, as a shell reports it.
-EXIT_SIGNAL = {signal.SIGINT: 130, signal.SIGTERM: 143}
 TIME_COLUMNS = ["wall_s", "t_compute", "t_encode", "t_communicate", "t_decode"]
 HISTORY_COLUMNS = [
     "iter", "bits_up", "bits_down", "f", "f_gap", "grad_norm_sq", "wall_s",

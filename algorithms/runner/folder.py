@@ -17,7 +17,8 @@ from pathlib import Path
 
 from algorithms.runner.common import BadInput
 
-OWNED_FILES = ("config.json", "history.csv", "summary.json", "history.tmp", "config.json.tmp")
+OWNED_FILES = ("config.json", "history.csv", "summary.json", "history.tmp", "config.json.tmp",
+               ".config.json.tmp", ".summary.json.tmp")  # fmt: skip
 CHECKPOINT_DIR = "checkpoint"
 _PROBE = ".compzoo-write-probe"
 

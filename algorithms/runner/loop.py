@@ -9,9 +9,11 @@ and the scratch ledger is dropped, so this changes no number the run logs but th
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
+import os
 import signal
 import sys
 import time
@@ -25,6 +27,7 @@ from tqdm import tqdm
 from algorithms.base import Algorithm
 from algorithms.runner.checkpoint import (
     check_history,
+    check_state,
     load_checkpoint,
     save_checkpoint,
     truncate_history,
@@ -36,10 +39,12 @@ from algorithms.runner.common import (
     HISTORY_COLUMNS,
     BadInput,
 )
-from algorithms.runner.folder import config_run_id, new_run_id
+from algorithms.runner.files import EXIT_WRITE_FAILED, WriteFailed, write_text_atomic
+from algorithms.runner.folder import clear_run, config_run_id, new_run_id
 from algorithms.runner.history import History
 from algorithms.runner.report import resume_command, summary_text
-from algorithms.runner.signals import StopSignals
+from algorithms.runner.resolve import versions
+from algorithms.runner.signals import WRITE_FAILED, Interrupted, StopSignals
 from algorithms.stability import objective_verdict
 from compressors.timing import Stopwatch, recording
 
@@ -61,11 +66,12 @@ def _agree(comm, error: str) -> str:
     return error
 
 
-def _resume(out: Path, comm, problem, args, is_writer: bool) -> tuple[dict, dict]:
+def _resume(algo: Algorithm, out: Path, comm, problem, args, is_writer: bool) -> tuple[dict, dict]:
     """The checkpoint to continue from and the run's config, every piece checked to belong to
-    the same run."""
+    the same run, and its state checked against the state the method builds on this problem."""
     config = json.loads((out / "config.json").read_text())
     ckpt = load_checkpoint(out, comm, problem.x0, config_run_id(config, out))
+    check_state(ckpt["state"], algo.init(problem.x0, problem, comm.scratch()), ckpt["path"])
     if is_writer:
         check_history(out, ckpt["meta"])
     if args.iters < ckpt["t"]:
@@ -74,6 +80,42 @@ def _resume(out: Path, comm, problem, args, is_writer: bool) -> tuple[dict, dict
             f"{str(out)!r}: give --iters >= {ckpt['t']} (the run's total, not the iterations left)"
         )
     return ckpt, config
+
+
+def _other_versions(config: dict) -> str:
+    """The libraries whose version differs from the one that started the run, as text."""
+    then, now = config.get("versions") or {}, versions()
+    diff = [f"{k} {then[k]} -> {now[k]}" for k in now if k in then and then[k] != now.get(k)]
+    return ", ".join(diff)
+
+
+class _Progress:
+    """One line on stderr every ``COMPZOO_PROGRESS_S`` seconds (default 30) where no progress
+    bar is drawn (stderr is not a terminal: a log file, a batch job): iteration, f, the
+    gradient norm and the bits so far."""
+
+    def __init__(self, name: str, total: int, on: bool) -> None:
+        try:
+            self.every = float(os.environ.get("COMPZOO_PROGRESS_S", "30"))
+        except ValueError:
+            self.every = 30.0
+        self.on = on and self.every > 0
+        self.name, self.total = name, total
+        self.start = self.last = time.monotonic()
+
+    def tick(self, t: int, row: dict[str, Any]) -> None:
+        now = time.monotonic()
+        if not self.on or now - self.last < self.every:
+            return
+        self.last = now
+        t = row["iter"]  # the last logged row: its values belong to its iteration
+        share = f" ({100 * t / self.total:.0f}%)" if self.total else ""
+        sys.stderr.write(
+            f"{self.name}: iteration {t}/{self.total}{share}, f {row['f']:.6g}, "
+            f"||grad f||^2 {row['grad_norm_sq']:.3e}, bits up {row['bits_up']:.4g} per node, "
+            f"{now - self.start:.0f} s\n"
+        )
+        sys.stderr.flush()
 
 
 def execute(
@@ -90,12 +132,32 @@ def execute(
 ) -> int:
     """Run ``algo`` with ``comm``; only the writer (rank 0) writes files and prints (the
     summary only with ``announce``). ``keep``, a dict, receives the history rows and their
-    ``columns``, the ``summary`` and the ``config`` in memory (:func:`algorithms.api.run`)."""
+    ``columns``, the ``summary`` and the ``config`` in memory (:func:`algorithms.api.run`).
+
+    A signal before the first step stops at once (the files of a fresh run are removed again,
+    :class:`algorithms.runner.signals.Interrupted` propagates); a file that cannot be written
+    (a full disk) stops the run with exit status
+    :data:`algorithms.runner.files.EXIT_WRITE_FAILED` and one line naming the file."""
     stop = stop or StopSignals()
+    fresh = getattr(args, "resume", None) is None
+    try:
+        return _execute(algo, problem, config, args, out, comm, is_writer, stop, keep, announce)
+    except Interrupted:
+        if fresh and is_writer and out.is_dir():
+            with contextlib.suppress(BadInput):
+                clear_run(out)  # nothing ran: leave no half-made run folder behind
+        raise
+    except WriteFailed as e:  # before the first step (config.json, the history's header)
+        if is_writer:
+            print(f"error: {e}; the run did not start (exit {EXIT_WRITE_FAILED})", file=sys.stderr)
+        return EXIT_WRITE_FAILED
+
+
+def _execute(algo, problem, config, args, out, comm, is_writer, stop, keep, announce) -> int:
     ckpt, error = None, ""
     if getattr(args, "resume", None) is not None:
         try:
-            ckpt, config = _resume(out, comm, problem, args, is_writer)
+            ckpt, config = _resume(algo, out, comm, problem, args, is_writer)
         except BadInput as e:
             error = str(e)
     error = _agree(comm, error)
@@ -108,11 +170,20 @@ def execute(
         config = {"run_id": run_id, **config}
     else:
         run_id = ckpt["run_id"]
+        changed = _other_versions(config)
+        if changed and is_writer:
+            print(
+                f"warning: this run was started with other library versions ({changed}); "
+                "resuming with these: the rest of the trajectory may differ from an "
+                "uninterrupted run's",
+                file=sys.stderr,
+            )
         config.setdefault("resumed", []).append(
             {
                 "from_iter": ckpt["t"],
                 "iters": args.iters,
                 "at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                **({"versions": versions()} if changed else {}),
             }
         )
     if is_writer:
@@ -122,7 +193,7 @@ def execute(
                 (out / stale).unlink(missing_ok=True)
         else:
             truncate_history(out, ckpt["meta"])
-        (out / "config.json").write_text(json.dumps(config, indent=2, default=str) + "\n")
+        write_text_atomic(out / "config.json", json.dumps(config, indent=2, default=str) + "\n")
     f_star = problem.consts.f_star
     T = args.iters
     log_every = args.log_every or max(1, T // 1000)
@@ -182,8 +253,10 @@ def execute(
             desc=args.algorithm,
             leave=False,
         )
+        progress = _Progress(args.algorithm, T, bar.disable and is_writer and not args.quiet)
         every = getattr(args, "checkpoint_every", None)
         save = (out, comm)
+        failed: WriteFailed | None = history.error
         while t < T:
             t0 = time.perf_counter()
             with recording(watch):
@@ -206,13 +279,22 @@ def execute(
                     last = record(t, info.extras)
                 reason = "max_bits"
                 break
-            if every and t % every == 0 and t < T:
-                save_checkpoint(*save, state, t, wall, watch, last, is_writer, run_id)
-            signum = stop.agreed(comm, t) if t < T else 0
+            if every and t % every == 0 and t < T and failed is None:
+                try:
+                    save_checkpoint(*save, state, t, wall, watch, last, is_writer, run_id)
+                except WriteFailed as e:
+                    failed = e
+            failed = failed or history.error
+            progress.tick(t, last)
+            signum = stop.agreed(comm, t, failed is not None) if t < T else 0
+            if signum == WRITE_FAILED:
+                signum, reason = 0, "write_failed"
+                break
             if signum:
                 reason = "interrupted"
                 break
         bar.close()
+        failed = failed or history.error
     unstable = None
     if reason in ("completed", "tolerance", "max_bits"):
         eps = torch.finfo(problem.x0.dtype).eps if problem.x0.is_floating_point() else 0.0
@@ -220,8 +302,14 @@ def execute(
         if unstable is not None:
             reason = "unstable"
             log.warning("run is unstable: f %s", unstable)
-    if (every or signum) and reason != "diverged":
-        save_checkpoint(*save, state, t, wall, watch, last, is_writer, run_id)
+    if failed is not None:
+        # The history misses rows, so no newer checkpoint: the last complete one is kept.
+        reason, signum = "write_failed", 0
+    elif (every or signum) and reason != "diverged":
+        try:
+            save_checkpoint(*save, state, t, wall, watch, last, is_writer, run_id)
+        except WriteFailed as e:
+            failed, reason = e, "write_failed"
     iters_done = max(t, 1)
     summary = {
         "reason": reason,
@@ -243,10 +331,18 @@ def execute(
     }
     if signum:
         summary["resume"] = resume_command(out, config.get("world_size"))
+    if failed is not None:
+        summary["write_failed"] = str(failed)
+        if (out / "checkpoint" / "meta.json").is_file():
+            summary["resume"] = resume_command(out, config.get("world_size"))
     if keep is not None:
         keep.update(history=history.rows, columns=columns, summary=summary, config=config)
+    if failed is not None:
+        if is_writer:
+            _report_failure(out, summary, failed, t, T)
+        return EXIT_WRITE_FAILED
     if is_writer:
-        (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+        write_text_atomic(out / "summary.json", json.dumps(summary, indent=2, default=str) + "\n")
         if announce:
             print(summary_text(config, summary))
         if signum:
@@ -258,3 +354,23 @@ def execute(
     if signum:
         return EXIT_SIGNAL[signum]
     return EXIT_DIVERGED if reason in ("diverged", "unstable") else EXIT_OK
+
+
+def _report_failure(out: Path, summary: dict, failed: WriteFailed, t: int, T: int) -> None:
+    """A run stopped by a file it could not write: one line naming the file and the reason,
+    where the history ends and what checkpoint is left; ``summary.json`` (reason
+    ``write_failed``) if it can still be written."""
+    meta = out / "checkpoint" / "meta.json"
+    try:
+        kept = f"its checkpoint at iteration {json.loads(meta.read_text())['iter']} is intact"
+    except (OSError, ValueError, KeyError, TypeError):
+        kept = "it has no checkpoint"
+    with contextlib.suppress(WriteFailed):
+        write_text_atomic(out / "summary.json", json.dumps(summary, indent=2, default=str) + "\n")
+    again = f"; resume with: {summary['resume']}" if summary.get("resume") else ""
+    print(
+        f"error: {failed}; the run stopped at iteration {t} of {T}, history.csv ends with its "
+        f"last complete row and {kept}{again} (exit {EXIT_WRITE_FAILED})",
+        file=sys.stderr,
+        flush=True,
+    )

@@ -129,9 +129,10 @@ def configure(args, objects: dict[str, Any] | None = None) -> tuple[Algorithm, A
         if val is None:
             continue
         if name not in cls.options:
+            own = [f"--{(o.flag or k).replace('_', '-')}" for k, o in cls.options.items()]
             raise BadInput(
                 f"--{flag.replace('_', '-')} does not apply to {args.algorithm}; "
-                f"its options: {', '.join(cls.options) or 'none'}"
+                f"its options: {', '.join(own) or 'none'}"
             )
         opts[name] = val
     if args.down_compressor is not None:

@@ -18,6 +18,7 @@ import threading
 import time
 
 from algorithms.runner.common import EXIT_SIGNAL
+from streams import interrupts
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 # Under torchrun the ranks exchange the stop flag every this many steps: one all-reduce of one
@@ -27,10 +28,13 @@ CHECK_EVERY = 8
 # A signal repeated within this many seconds is the first one delivered twice (a terminal's
 # Ctrl-C reaches each rank and torchrun's agent, which forwards it): it does not stop at once.
 REPEAT_GRACE_S = 5.0
+# What :meth:`StopSignals.agreed` returns when a process could not write its files.
+WRITE_FAILED = -1
 
 
-class Interrupted(Exception):  # noqa: N818 (a signal, not an error)
-    """A signal received while the run was being set up."""
+class Interrupted(BaseException):  # noqa: N818 (a signal, not an error)
+    """A signal received while the run was being set up (a ``BaseException``, like
+    ``KeyboardInterrupt``, so that no ``except Exception`` on the way swallows it)."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(signal.Signals(signum).name)
@@ -52,6 +56,7 @@ class StopSignals:
         self._old: dict[int, object] = {}
 
     def __enter__(self) -> StopSignals:
+        interrupts.release()  # these handlers take over from the start-up guard
         if threading.current_thread() is threading.main_thread():
             for s in SIGNALS:
                 self._old[s] = signal.signal(s, self._handle)
@@ -78,15 +83,18 @@ class StopSignals:
         )
         sys.stderr.flush()
 
-    def agreed(self, comm, t: int) -> int:
-        """The signal every process stops on after step ``t`` (0: go on). Under torchrun this
-        is a collective every rank calls after each step, and it exchanges a flag only every
-        ``CHECK_EVERY`` steps (the same steps on every rank)."""
+    def agreed(self, comm, t: int, failed: bool = False) -> int:
+        """The signal every process stops on after step ``t`` (0: go on), or
+        :data:`WRITE_FAILED` when a process could not write its files (``failed``). Under
+        torchrun this is a collective every rank calls after each step, and it exchanges a flag
+        only every ``CHECK_EVERY`` steps (the same steps on every rank)."""
         any_rank = getattr(comm, "any_rank", None)
         if any_rank is None:
-            return self.signum
+            return WRITE_FAILED if failed else self.signum
         if t % CHECK_EVERY:
             return 0
-        if not any_rank(self.signum != 0):
+        if not any_rank(self.signum != 0 or failed):
             return 0
+        if any_rank(failed):
+            return WRITE_FAILED
         return signal.SIGTERM if any_rank(self.signum == signal.SIGTERM) else signal.SIGINT

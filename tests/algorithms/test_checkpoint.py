@@ -101,7 +101,7 @@ def test_a_checkpoint_that_would_run_code_is_refused(tmp_path, capsys, how):
 
     out = _checkpointed(tmp_path)
     marker = tmp_path / "marker"
-    path = out / "checkpoint" / "rank0.pt"
+    path = next((out / "checkpoint").glob("rank0-iter*.pt"))
     blob = torch.load(path, weights_only=True)
     blob["last"] = _Payload(marker)
     if how == "torch.save":
@@ -113,7 +113,7 @@ def test_a_checkpoint_that_would_run_code_is_refused(tmp_path, capsys, how):
     capsys.readouterr()
     assert run(["--resume", str(out), "--iters", "9"]) == 2
     err = capsys.readouterr().err
-    assert "rank0.pt" in err and ("refused to load" in err or "is unreadable" in err), err
+    assert "rank0-iter6.pt" in err and ("refused to load" in err or "is unreadable" in err), err
     assert how != "torch.save" or "Python object exec" in err  # names what it refused
     assert not marker.exists()
 
@@ -121,14 +121,15 @@ def test_a_checkpoint_that_would_run_code_is_refused(tmp_path, capsys, how):
 def test_an_old_format_checkpoint_is_refused_with_a_clear_message(tmp_path, capsys):
     out = _checkpointed(tmp_path)
     ck = out / "checkpoint"
-    blob = torch.load(ck / "rank0.pt", weights_only=True)
+    path = next(ck.glob("rank0-iter*.pt"))
+    blob = torch.load(path, weights_only=True)
     from algorithms.ef21 import EF21State
 
     # The previous format: the state object itself, read back with weights_only=False.
     state = EF21State(**blob["state"]["fields"])
     old = {"t": 6, "state": state, "ledger": blob["ledger"], "wall": 0.0, "times": {},
            "last": blob["last"], "n": 4, "nodes": blob["nodes"]}  # fmt: skip
-    torch.save(old, ck / "rank0.pt")
+    torch.save(old, path)
     capsys.readouterr()
     assert run(["--resume", str(out)]) == 2
     assert "older runner" in capsys.readouterr().err

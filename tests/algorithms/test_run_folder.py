@@ -31,7 +31,7 @@ def test_every_piece_of_a_run_carries_its_run_id(tmp_path):
     rid = run_id(out)
     assert len(rid) == 32 and int(rid, 16) >= 0
     meta = json.loads((out / "checkpoint" / "meta.json").read_text())
-    blob = torch.load(out / "checkpoint" / "rank0.pt", weights_only=True)
+    blob = torch.load(next((out / "checkpoint").glob("rank0-iter*.pt")), weights_only=True)
     summary = json.loads((out / "summary.json").read_text())
     assert meta["run_id"] == blob["run_id"] == summary["run_id"] == rid
     assert meta["history"]["bytes"] == (out / "history.csv").stat().st_size

@@ -105,10 +105,14 @@ def test_under_torchrun_every_rank_stops_at_the_same_step(tmp_path):
     assert [p.returncode for p in procs] == [143, 143], [o[1][-2000:] for o in outputs]
     t = assert_interrupted(out, signal.SIGTERM, outputs[0][0], "torchrun --nproc_per_node=2")
     ck = out / "checkpoint"
-    assert sorted(p.name for p in ck.iterdir()) == ["meta.json", "rank0.pt", "rank1.pt"]
+    assert sorted(p.name for p in ck.iterdir()) == [
+        "meta.json",
+        f"rank0-iter{t}.pt",
+        f"rank1-iter{t}.pt",
+    ]
     import torch
 
-    iters = [torch.load(ck / f"rank{r}.pt", weights_only=True)["t"] for r in range(2)]
+    iters = [torch.load(ck / f"rank{r}-iter{t}.pt", weights_only=True)["t"] for r in range(2)]
     assert iters == [t, t]
     T = t + 10
     cmd = [TORCHRUN, "--standalone", "--nproc_per_node=2", "-m", "algorithms.run",

@@ -233,7 +233,7 @@ def test_a_resumed_gloo_run_follows_the_uninterrupted_simulation(tmp_path):
     proc, out = dist_run(tmp_path, 2, [*argv, "--iters", "13", "--checkpoint-every", "5"])
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert sorted(p.name for p in (out / "checkpoint").iterdir()) == [
-        "meta.json", "rank0.pt", "rank1.pt"
+        "meta.json", "rank0-iter13.pt", "rank1-iter13.pt"
     ]  # fmt: skip
     cmd = [TORCHRUN, "--standalone", "--nproc_per_node=2", "-m", "algorithms.run",
            "--resume", str(out), "--iters", "30"]  # fmt: skip

@@ -1,10 +1,13 @@
 """Catalogue cases of compressor specs (through the runner), ``python -m compressors`` and data
-files (LIBSVM files and the ``COMPZOO_DATA`` shortcuts, through the runner and
+files (LIBSVM files, CIFAR-10 batches and the named sets, through the runner and
 ``python -m problems``)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+
+from tests.problems.fake_data import batches, write_bin, write_crafted_cifar
 
 from .harness import Case
 
@@ -48,8 +51,22 @@ def libsvm_case(id: str, text: str | bytes | None, message: str, *opts: str) -> 
 
 
 GOOD = "1 1:0.5 3:1\n-1 2:1\n1 1:-1 2:2\n-1 3:4\n"
+# Two samples, one index of 99999999: d = 10^8 from 3 stored entries.
+HUGE = "1 1:1 99999999:1\n-1 2:1\n"
 # 64 samples, one of them with feature index 99999999: a 64 x 99999999 dense design, 47.7 GiB
 STRAY = "".join(f"{1 if i % 2 else -1} 1:1 3:0.5\n" for i in range(63)) + "1 2:1 99999999:1\n"
+
+
+def _absent(*paths: Path) -> None:
+    for path in paths:
+        assert not path.exists(), path
+
+
+def _completed(out: Path) -> None:
+    import json
+
+    assert json.loads((out / "summary.json").read_text())["reason"] == "completed"
+
 
 CASES: list[Case] = [
     # ---------------------------------------------------------------- compressor specs
@@ -124,8 +141,63 @@ CASES: list[Case] = [
     libsvm_case(
         "stray-index",
         STRAY,
+        r"line 64: feature index 99999999 makes d = 99999999 columns, more than max_dim = "
+        r"1048576 and more than the file's 128 stored entries",
+    ),
+    libsvm_case(
+        "stray-index-dense",
+        STRAY,
         r"line 64: feature index 99999999 makes d = 99999999.*64 x 99999999 float64 design "
         r"would need 47\.7 GiB; allowed: 4 GiB",
+        "max_dim=100000000",
+    ),
+    Case(
+        "libsvm-huge-index",
+        RUN,
+        ["ef21", "--compressor", "topk:k=2", "--problem", "logreg", "--dataset"]
+        + ["libsvm:{tmp}/h.svm", "--nodes", "2", "--out", "{tmp}/r"],
+        message=r"logreg: LIBSVM file '.*h\.svm', line 1: feature index 99999999 makes "
+        r"d = 99999999 columns, more than max_dim = 1048576 and more than the file's 3 stored "
+        r"entries .*--problem-opt max_dim=99999999 \(runner\) or --max-dim 99999999",
+        setup=file_with(HUGE, "h.svm"),
+        check=lambda tmp: _absent(tmp / "r"),
+    ),
+    libsvm_case(
+        "max-dim-option",
+        "1 1:1\n-1 5:1\n",
+        r"line 2: feature index 5 makes d = 5 columns, more than max_dim = 4 and more than the "
+        r"file's 2 stored entries",
+        "max_dim=4",
+    ),
+    libsvm_case("max-dim-zero", GOOD, r"max_dim must be a positive integer, got 0", "max_dim=0"),
+    libsvm_case(
+        "max-dim-text", GOOD, r"--problem-opt max_dim='x': expected an integer", "max_dim=x"
+    ),
+    Case(
+        "problems-max-dim",
+        PROBLEMS,
+        ["--problem", "logreg", "--dataset", "libsvm:{tmp}/h.svm", "--nodes", "2"]
+        + ["--max-dim", "1000"],
+        message=r"h\.svm', line 1: feature index 99999999 makes d = 99999999 columns, more than "
+        r"max_dim = 1000",
+        setup=file_with(HUGE, "h.svm"),
+    ),
+    Case(
+        "libsvm-fifo",
+        RUN,
+        ["ef21", "--problem", "logreg", "--dataset", "libsvm:{tmp}/pipe.txt", "--nodes", "2"]
+        + ["--iters", "5", "--out", "{tmp}/r"],
+        message=r"LIBSVM file '.*pipe\.txt' is a FIFO/named pipe, not a regular file",
+        setup=lambda tmp: os.mkfifo(tmp / "pipe.txt"),
+    ),
+    Case(
+        "libsvm-bom-accepted",
+        RUN,
+        ["ef21", "--problem", "logreg", "--dataset", "libsvm:{tmp}/d.txt", "--nodes", "2"]
+        + ["--iters", "5", "--quiet", "--out", "{tmp}/r"],
+        code=0,
+        setup=file_with("\ufeff" + GOOD),
+        check=lambda tmp: _completed(tmp / "r"),
     ),
     libsvm_case(
         "stray-index-limit",
@@ -157,26 +229,73 @@ CASES: list[Case] = [
     ),
     libsvm_case("one-label", "1 1:1\n1 2:1\n", r"has 1 distinct labels \[1\.0\]"),
     Case(
-        "data-compzoo-unset",
-        RUN,
-        ["ef21", "--problem", "logreg", "--dataset", "a9a", "--iters", "5", "--out", "{tmp}/r"],
-        message=r"dataset 'a9a' is looked up in \$COMPZOO_DATA, which is not set",
-        env={"COMPZOO_DATA": ""},
-    ),
-    Case(
         "data-compzoo-nowhere",
         RUN,
         ["ef21", "--problem", "logreg", "--dataset", "a9a", "--iters", "5", "--out", "{tmp}/r"],
-        message=r"COMPZOO_DATA='/nonexistent/compzoo-data' is not a folder",
-        env={"COMPZOO_DATA": "/nonexistent/compzoo-data"},
+        message=r"dataset 'a9a' not found; looked for /nonexistent/compzoo-data/a9a\.txt "
+        r"\(\$COMPZOO_DATA: no such folder\); .*; set COMPZOO_DATA to the folder holding NAME\.txt",
+        env={"COMPZOO_DATA": "/nonexistent/compzoo-data", "COMPZOO_LIBSVM_DIR": ""},
     ),
     Case(
         "data-compzoo-no-file",
         RUN,
         ["ef21", "--problem", "logreg", "--dataset", "mushrooms", "--iters", "5"]
         + ["--out", "{tmp}/r"],
-        message=r"dataset 'mushrooms' not found under COMPZOO_DATA='/' \(looked for /mushrooms",
-        env={"COMPZOO_DATA": "/"},
+        message=r"dataset 'mushrooms' not found; looked for /mushrooms\.txt \(\$COMPZOO_DATA\); "
+        r"/libsvm/mushrooms\.txt \(\$COMPZOO_DATA/libsvm",
+        env={"COMPZOO_DATA": "/", "COMPZOO_LIBSVM_DIR": ""},
+    ),
+    Case(
+        "data-libsvm-dir-alias",
+        RUN,
+        ["ef21", "--problem", "logreg", "--dataset", "w8a", "--iters", "5", "--out", "{tmp}/r"],
+        message=r"dataset 'w8a' not found; looked for /nonexistent/libsvm/w8a\.txt "
+        r"\(\$COMPZOO_LIBSVM_DIR: no such folder\)",
+        env={"COMPZOO_DATA": "", "COMPZOO_LIBSVM_DIR": "/nonexistent/libsvm"},
+    ),
+    *[
+        Case(
+            f"data-did-you-mean-{name}",
+            RUN,
+            ["ef21", "--problem", "logreg", "--dataset", name, "--iters", "5", "--out", "{tmp}/r"],
+            message=rf"unknown dataset '{name}' \(did you mean '{known}'\?\); allowed: .*, "
+            r"libsvm:PATH",
+        )
+        for name, known in (
+            ("mushroom", "mushrooms"),
+            ("a9", "a9a"),
+            ("phising", "phishing"),
+            ("breast_cancer", "breast-cancer"),
+        )
+    ],  # fmt: skip
+    Case(
+        "cifar-crafted-batch",
+        RUN,
+        ["ef21", "--problem", "cnn", "--dataset", "cifar10:{tmp}/cifar", "--nodes", "2"]
+        + ["--iters", "1", "--out", "{tmp}/r"],
+        message=r"cnn: CIFAR-10 batch '.*cifar/data_batch_3' refused: it asks for the global "
+        r"__builtin__\.exec, which a genuine batch never holds, and nothing of it was run",
+        setup=lambda tmp: write_crafted_cifar(tmp / "cifar", tmp / "marker"),
+        check=lambda tmp: _absent(tmp / "marker", tmp / "r"),
+    ),
+    Case(
+        "cifar-binary-short-record",
+        RUN,
+        ["ef21", "--problem", "cnn", "--dataset", "cifar10:{tmp}", "--nodes", "2"]
+        + ["--iters", "1", "--out", "{tmp}/r"],
+        message=r"CIFAR-10 batch '.*test_batch\.bin': 3000 bytes, not a whole number of "
+        r"3073-byte records",
+        setup=lambda tmp: (
+            write_bin(tmp, batches(per_batch=2)),
+            (tmp / "test_batch.bin").write_bytes(bytes(3000)),
+        ),
+    ),
+    Case(
+        "cifar-missing",
+        RUN,
+        ["ef21", "--problem", "cnn", "--dataset", "cifar10:{tmp}", "--nodes", "2"]
+        + ["--iters", "1", "--out", "{tmp}/r"],
+        message=r"CIFAR-10 batches not found under '.*': .*data_batch_1 is missing \(expected",
     ),
     Case(
         "problems-index-zero",

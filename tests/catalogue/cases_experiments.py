@@ -86,6 +86,20 @@ def sweep_toml(old: str, new: str):
     return toml(GOOD.replace(old, new))
 
 
+def no_runs(tmp: Path) -> None:
+    """Refused before anything started: no ``OUT/runs``, indeed no sweep folder at all (neither
+    ``--out {tmp}/out`` nor the default ``runs/sweeps/NAME``, whose ``..`` is ``runs/``)."""
+    for out in ("out", "runs"):
+        assert not (tmp / out / "runs").exists(), f"{out}/runs was created"
+        assert not (tmp / out).exists(), f"{out} was created"
+
+
+def missing_data(tmp: Path) -> None:
+    """A problem whose data file is not there."""
+    data = f'problem = "logreg"\ndataset = "libsvm:{tmp}/none.txt"'
+    (tmp / "s.toml").write_text(GOOD.replace('problem = "quadratic"', data))
+
+
 def foreign_sweep(tmp: Path) -> None:
     (tmp / "s.toml").write_text(GOOD)
     (tmp / "out").mkdir()
@@ -400,8 +414,144 @@ CASES: list[Case] = [
         SWEEP,
         ["{tmp}/s.toml"],
         setup=sweep_toml('"cat"', '"my sweep"'),
-        message=r"name must be a non-empty string of letters, digits and ._=\+-, got "
-        r"'my sweep'",
+        message=r"name must be a plain folder name: 1 to 100 letters, digits and ._=\+-, not "
+        r"starting with a dot \(so neither '.' nor '..'\), no path separators; got 'my sweep'",
+    ),  # fmt: skip
+    # the whole grid is checked before the first run: exit 2, nothing written
+    Case(
+        "sweep-name-dotdot",
+        SWEEP,
+        ["{tmp}/s.toml", "--quiet"],
+        setup=sweep_toml('"cat"', '".."'),
+        message=r"name must be a plain folder name: .*not starting with a dot \(so neither '.' "
+        r"nor '..'\), no path separators; got '\.\.'",
+        check=no_runs,
+    ),  # fmt: skip
+    Case(
+        "sweep-name-dot",
+        SWEEP,
+        ["{tmp}/s.toml", "--quiet"],
+        setup=sweep_toml('"cat"', '"."'),
+        message=r"name must be a plain folder name: .*; got '\.'",
+        check=no_runs,
+    ),
+    Case(
+        "sweep-name-with-separator",
+        SWEEP,
+        ["{tmp}/s.toml", "--quiet"],
+        setup=sweep_toml('"cat"', '"a/b"'),
+        message=r"name must be a plain folder name: .*no path separators; got 'a/b'",
+        check=no_runs,
+    ),
+    Case(
+        "sweep-repeated-multiplier",
+        SWEEP,
+        ["{tmp}/s.toml", "--out", "{tmp}/out"],
+        setup=sweep_toml("[1, 2]", "[1, 1.0]"),
+        message=r"grid.step_mult repeats a value: 1 and 1.0 are the same --step-mult 1.0; give "
+        r"each value once",
+        check=no_runs,
+    ),  # fmt: skip
+    Case(
+        "sweep-repeated-method",
+        SWEEP,
+        ["{tmp}/s.toml", "--out", "{tmp}/out"],
+        setup=sweep_toml(
+            'algorithm = "ef21"', 'algorithm = "ef-sgd"\n[[methods]]\nalgorithm = "ef14"'
+        ),
+        message=r"methods\[1\] gives the same runs as methods\[0\]: algorithm 'ef-sgd' "
+        r"\(= 'ef14'\) with the same flags",
+        check=no_runs,
+    ),  # fmt: skip
+    Case(
+        "sweep-negative-iters",
+        SWEEP,
+        ["{tmp}/s.toml", "--out", "{tmp}/out"],
+        setup=toml(GOOD.replace("iters = 3\n", "") + "iters = [3, -1]\n"),
+        message=r"error: grid.iters = -1: --iters must be >= 1, got -1",
+        check=no_runs,
+    ),
+    Case(
+        "sweep-topk-k-zero",
+        SWEEP,
+        ["{tmp}/s.toml", "--out", "{tmp}/out"],
+        setup=toml(GOOD + 'compressor = ["topk:k=1", "topk:k=0"]\n'),
+        message=r"error: grid.compressor = 'topk:k=0': k must be a positive integer "
+        r"\(1 <= k <= d\), got k=0",
+        check=no_runs,
+    ),  # fmt: skip
+    Case(
+        "sweep-negative-seed",
+        SWEEP,
+        ["{tmp}/s.toml", "--out", "{tmp}/out"],
+        setup=toml(GOOD + "seed = [0, -1]\n"),
+        message=r"error: grid.seed = -1: --seed must be an integer in \[0, 2\*\*63\), got -1",
+        check=no_runs,
+    ),
+    Case(
+        "sweep-nan-multiplier",
+        SWEEP,
+        ["{tmp}/s.toml", "--out", "{tmp}/out"],
+        setup=sweep_toml("[1, 2]", "[1, nan]"),
+        message=r"error: grid.step_mult = nan: --step-mult must be a positive number, got nan",
+        check=no_runs,
+    ),
+    Case(
+        "sweep-zero-nodes",
+        SWEEP,
+        ["{tmp}/s.toml", "--out", "{tmp}/out"],
+        setup=sweep_toml("nodes = 2", "nodes = 0"),
+        message=r"error: base.nodes = 0: --nodes must be >= 1, got 0",
+        check=no_runs,
+    ),
+    Case(
+        "sweep-byzantine-without-byzantine-method",
+        SWEEP,
+        ["{tmp}/s.toml", "--out", "{tmp}/out"],
+        setup=sweep_toml("nodes = 2", "nodes = 4\nbyzantine = 1"),
+        message=r"error: run ef21_m1_[0-9a-f]{8}: base.byzantine = 1: --byzantine does not apply "
+        r"to ef21; its options: ",
+        check=no_runs,
+    ),  # fmt: skip
+    Case(
+        "sweep-missing-data-file",
+        SWEEP,
+        ["{tmp}/s.toml", "--out", "{tmp}/out"],
+        setup=missing_data,
+        message=r"error: run ef21_m1_[0-9a-f]{8}: base.dataset = 'libsvm:.*/none.txt': logreg: "
+        r"dataset file '.*/none.txt' not found",
+        check=no_runs,
+    ),  # fmt: skip
+    Case(
+        "sweep-power-grid-too-long",
+        SWEEP,
+        ["{tmp}/s.toml", "--out", "{tmp}/out"],
+        setup=sweep_toml("[1, 2]", "{ base = 2, from = 0, to = 100000 }"),
+        message=r"error: grid.step_mult = \{base = 2, from = 0, to = 100000\} has 100001 values; "
+        r"at most 10000 per key",
+        check=no_runs,
+    ),  # fmt: skip
+    Case(
+        "sweep-power-grid-overflow",
+        SWEEP,
+        ["{tmp}/s.toml", "--out", "{tmp}/out"],
+        setup=sweep_toml("[1, 2]", "{ base = 2, from = 0, to = 2000 }"),
+        message=r"error: grid.step_mult = \{base = 2, from = 0, to = 2000\}: 2\*\*2000 is beyond "
+        r"a float's range \(about 1e-308 to 1.8e308\); with base 2 the exponents must lie in "
+        r"-1023..1023",
+        check=no_runs,
+    ),  # fmt: skip
+    Case(
+        "sweep-too-many-runs",
+        SWEEP,
+        ["{tmp}/s.toml", "--out", "{tmp}/out"],
+        setup=toml(
+            GOOD + f"seed = {list(range(10000))}\nlog_every = {{ base = 2, from = 0, to = 20 }}\n"
+        ),
+        message=r"error: the sweep has 420000 runs \(1 method\(s\) x grid.step_mult \(2\) x "
+        r"grid.seed \(10000\) x grid.log_every \(21\)\); at most 100000 runs per sweep: shrink "
+        r"grid.seed \(10000 values\) or split the sweep",
+        check=no_runs,
     ),  # fmt: skip
     Case(
         "sweep-jobs-zero",

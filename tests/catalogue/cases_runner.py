@@ -71,7 +71,7 @@ class _Payload:
 def _payload(out: Path) -> None:
     import torch
 
-    path = out / "checkpoint" / "rank0.pt"
+    path = out / "checkpoint" / "rank0-iter6.pt"
     blob = torch.load(path, weights_only=True)
     blob["last"] = _Payload(str(out.parent / "marker"))
     torch.save(blob, path)
@@ -115,6 +115,57 @@ def _unchanged(tmp: Path) -> None:
     assert len(rows) == 8, "a refused resume must leave the history as it was"
 
 
+def _tamper(field: str, make) -> object:
+    """A change: the checkpointed state's ``field`` replaced by ``make(old value)``."""
+
+    def change(out: Path) -> None:
+        import torch
+
+        path = next((out / "checkpoint").glob("rank0-iter*.pt"))
+        blob = torch.load(path, weights_only=True)
+        fields = blob["state"]["fields"]
+        fields[field] = make(fields[field])
+        torch.save(blob, path)
+
+    return change
+
+
+def _meta(**changes) -> object:
+    def change(out: Path) -> None:
+        path = out / "checkpoint" / "meta.json"
+        meta = json.loads(path.read_text())
+        meta.update(changes)
+        path.write_text(json.dumps(meta))
+
+    return change
+
+
+def _versions(out: Path) -> None:
+    cfg = json.loads((out / "config.json").read_text())
+    cfg["versions"]["compzoo"] = "0.0.1"
+    cfg["versions"]["torch"] = "1.0"
+    (out / "config.json").write_text(json.dumps(cfg))
+
+
+def _last_row_whole(tmp: Path) -> None:
+    """After a failed write, history.csv ends with a complete row and no temporary file is
+    left beside the run's files."""
+    out = tmp / "r"
+    data = (out / "history.csv").read_bytes()
+    assert data.endswith(b"\r\n"), data[-80:]
+    width = len(data.splitlines()[0].split(b","))
+    assert all(len(line.split(b",")) == width for line in data.splitlines()), "a cut row"
+    left = [p.name for p in out.rglob("*") if p.name.startswith(".") or p.suffix == ".tmp"]
+    assert not left, left
+
+
+def _no_partial_checkpoint(tmp: Path) -> None:
+    """A checkpoint that could not be written leaves no file that looks like one."""
+    _last_row_whole(tmp)
+    ck = tmp / "r" / "checkpoint"
+    assert not ck.exists() or not any(ck.iterdir()), sorted(p.name for p in ck.iterdir())
+
+
 def _file(tmp: Path) -> None:
     (tmp / "f").write_text("not a folder")
 
@@ -136,6 +187,53 @@ CASES: list[Case] = [
         message=r"nope",
     ),  # fmt: skip
     opt("run-no-algorithm", [], r"give an ALGORITHM \(see --list\)", argv=["--iters", "3"]),
+    # close names for typos, and flags (never field names) in messages
+    opt(
+        "run-algorithm-typo",
+        [],
+        r"unknown algorithm 'ef-21' \(did you mean 'ef21'\?\)",
+        argv=["ef-21", "--iters", "3"],
+    ),  # fmt: skip
+    opt(
+        "run-compressor-typo",
+        [],
+        r"unknown compressor 'top-k' \(did you mean 'topk'\?\)",
+        argv=["ef21", "--compressor", "top-k:k=2", "--iters", "3"],
+    ),  # fmt: skip
+    opt(
+        "run-problem-typo",
+        ["--problem", "logres"],
+        r"unknown problem 'logres' \(did you mean 'logreg'\?\)",
+    ),  # fmt: skip
+    opt(
+        "run-flag-typo",
+        ["--lamda", "0.1"],
+        r"unrecognized arguments: --lamda 0.1 \(did you mean '--lambda'",
+    ),  # fmt: skip
+    opt(
+        "run-problem-opt-typo",
+        ["--problem-opt", "dmi=5"],
+        r"unknown --problem-opt 'dmi' for quadratic \(did you mean 'dim'\?\)",
+    ),  # fmt: skip
+    opt(
+        "run-option-names-flags",
+        ["--alpha", "0.5"],
+        r"--alpha does not apply to ef21; its options: --init, --regime$",
+    ),  # fmt: skip
+    opt(
+        "run-problem-opt-twice",
+        ["--problem-opt", "dim=5", "--problem-opt", "dim=6"],
+        r"--problem-opt dim is given twice \(5, then '6'\); give each key once",
+    ),  # fmt: skip
+    Case(
+        "run-out-empty", RUN, [*BASE, "--out", ""], message=r"--out is empty; give a folder path"
+    ),  # fmt: skip
+    Case(
+        "resume-empty",
+        RUN,
+        ["--resume", ""],
+        message=r"--resume is empty; give the folder of a run",
+    ),  # fmt: skip
     # compressor classes the methods' theories assume
     opt(
         "run-absolute-needs-absolute",
@@ -347,35 +445,35 @@ CASES: list[Case] = [
     ),  # fmt: skip
     resume(
         "resume-checkpoint-truncated",
-        _truncate("checkpoint/rank0.pt"),
-        r"'.*/checkpoint/rank0.pt' is unreadable",
+        _truncate("checkpoint/rank0-iter6.pt"),
+        r"'.*/checkpoint/rank0-iter6.pt' is unreadable",
         check=_unchanged,
     ),  # fmt: skip
     resume(
         "resume-checkpoint-empty",
-        _write("checkpoint/rank0.pt", b""),
-        r"'.*/checkpoint/rank0.pt' is unreadable",
+        _write("checkpoint/rank0-iter6.pt", b""),
+        r"'.*/checkpoint/rank0-iter6.pt' is unreadable",
     ),  # fmt: skip
     resume(
         "resume-checkpoint-random-bytes",
-        _write("checkpoint/rank0.pt", random.Random(0).randbytes(4096)),
-        r"'.*/checkpoint/rank0.pt' is unreadable",
+        _write("checkpoint/rank0-iter6.pt", random.Random(0).randbytes(4096)),
+        r"'.*/checkpoint/rank0-iter6.pt' is unreadable",
     ),  # fmt: skip
     resume(
         "resume-checkpoint-missing",
-        lambda out: (out / "checkpoint/rank0.pt").unlink(),
-        r"'.*/checkpoint/rank0.pt' is missing",
+        lambda out: (out / "checkpoint/rank0-iter6.pt").unlink(),
+        r"'.*/checkpoint/rank0-iter6.pt' is missing",
     ),  # fmt: skip
     resume(
         "resume-checkpoint-runs-code",
         _payload,
-        r"refused to load '.*/rank0.pt': it asks for the Python object exec",
+        r"refused to load '.*/rank0-iter6.pt': it asks for the Python object exec",
         check=_no_marker,
     ),
     resume(
         "resume-checkpoint-plain-pickle",
-        _write("checkpoint/rank0.pt", pickle.dumps({"t": 6, "state": _Payload("/x")}, 2)),
-        r"refused to load '.*/rank0.pt'",
+        _write("checkpoint/rank0-iter6.pt", pickle.dumps({"t": 6, "state": _Payload("/x")}, 2)),
+        r"refused to load '.*/rank0-iter6.pt'",
     ),  # fmt: skip
     resume(
         "resume-checkpoint-old-format", _old_format, r"meta.json' was written by an older runner"
@@ -388,7 +486,7 @@ CASES: list[Case] = [
     resume(
         "resume-meta-wrong-fields",
         _write("checkpoint/meta.json", b'{"format": 1}'),
-        r"'.*/checkpoint/meta.json' is not a compzoo-checkpoint version 2 meta.json",
+        r"'.*/checkpoint/meta.json' is not a compzoo-checkpoint version 3 meta.json",
     ),
     resume(
         "resume-history-missing",
@@ -412,6 +510,100 @@ CASES: list[Case] = [
         check=_unchanged,
     ),
     resume("resume-config-without-run-id", _no_run_id, r"config.json' has no run id"),
+    # every field of the state is checked against what the method builds (kind, shape, dtype)
+    resume(
+        "resume-tampered-field-shape",
+        _tamper("g_i", lambda g: g.new_zeros(4, 19)),
+        r"field 'g_i' of EF21State is a tensor of shape \(4, 19\) and dtype float64; the "
+        r"method builds a tensor of shape \(4, 20\) and dtype float64",
+    ),
+    resume(
+        "resume-tampered-field-dtype",
+        _tamper("g", lambda g: g.float()),
+        r"field 'g' of EF21State is a tensor of shape \(20,\) and dtype float32; the method "
+        r"builds a tensor of shape \(20,\) and dtype float64",
+    ),
+    resume(
+        "resume-tampered-iterate-dtype",
+        _tamper("x", lambda x: x.float()),
+        r"the iterate x is a tensor of shape \(20,\) and dtype float32; the problem needs a "
+        r"tensor of shape \(20,\) and dtype float64",
+    ),
+    resume(
+        "resume-tampered-field-kind",
+        _tamper("g_i", lambda g: 3),
+        r"field 'g_i' of EF21State is a int; the method builds a tensor of shape \(4, 20\)",
+    ),
+    resume(
+        "resume-checkpoint-of-another-version",
+        _meta(version=99),
+        r"is of compzoo-checkpoint version 99, written by another version of compzoo; this one "
+        r"reads versions 2, 3",
+    ),
+    Case(
+        "resume-config-of-other-versions-warns",
+        RUN,
+        ["--resume", "{tmp}/r", "--iters", "9"],
+        setup=broken(_versions),
+        code=0,
+        message=r"warning: this run was started with other library versions \(torch 1.0 -> "
+        r".*compzoo 0.0.1 -> .*\); resuming with these",
+    ),
+    # a file the run cannot write (a full disk): one line, exit 5, no half-written file
+    Case(
+        "run-history-write-fails",
+        RUN,
+        [*BASE[:-3], "--iters", "3000", "--log-every", "1", "--quiet", *OUT],
+        code=5,
+        fsize_limit=12000,
+        message=r"error: cannot write '.*/r/history.csv': File too large \(errno 27\); the run "
+        r"stopped at iteration \d+ of 3000, history.csv ends with its last complete row and it "
+        r"has no checkpoint \(exit 5\)",
+        check=_last_row_whole,
+    ),
+    Case(
+        "run-checkpoint-write-fails",
+        RUN,
+        [
+            *BASE[:-3],
+            "--iters",
+            "3000",
+            "--log-every",
+            "1",
+            "--checkpoint-every",
+            "3",
+            "--quiet",
+            *OUT,
+        ],
+        code=5,
+        fsize_limit=12000,
+        message=r"error: cannot write '.*/r/(history.csv|checkpoint/\S+)': File too large.*its "
+        r"checkpoint at iteration \d+ is intact; resume with: python -m algorithms.run "
+        r"--resume",
+        check=_last_row_whole,
+    ),  # fmt: skip
+    Case(
+        "run-checkpoint-too-big-to-write",
+        RUN,
+        [
+            *BASE[:-3],
+            "--problem-opt",
+            "dim=200",
+            "--iters",
+            "3000",
+            "--log-every",
+            "1000",
+            "--checkpoint-every",
+            "3",
+            "--quiet",
+            *OUT,
+        ],
+        code=5,
+        fsize_limit=10000,
+        message=r"error: cannot write '.*/r/checkpoint/rank0-iter3.pt': File too large \(errno "
+        r"27\); the run stopped at iteration 3 of 3000.*it has no checkpoint \(exit 5\)",
+        check=_no_partial_checkpoint,
+    ),  # fmt: skip
     Case(
         "resume-after-overwrite",
         RUN,

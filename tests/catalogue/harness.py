@@ -41,6 +41,9 @@ class Case:
         subprocess: run in a real interpreter instead of in process.
         timeout: seconds a subprocess case may take.
         check: an extra assertion on the folder after the command (e.g. nothing overwritten).
+        fsize_limit: run in a subprocess whose files may grow to this many bytes at most
+            (``RLIMIT_FSIZE``, with ``SIGXFSZ`` ignored: a write past it fails with ``EFBIG``,
+            as a full disk fails with ``ENOSPC``).
     """
 
     id: str
@@ -53,6 +56,7 @@ class Case:
     subprocess: bool = False
     timeout: float = 120.0
     check: Callable[[Path], None] | None = None
+    fsize_limit: int | None = None
 
 
 @dataclass
@@ -65,12 +69,23 @@ def _fill(argv: list[str], tmp: Path) -> list[str]:
     return [a.replace("{tmp}", str(tmp)) for a in argv]
 
 
+def _limit_files(nbytes: int) -> Callable[[], None]:
+    def limit() -> None:
+        import resource
+        import signal
+
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (nbytes, nbytes))
+
+    return limit
+
+
 def run_case(case: Case, tmp: Path) -> Result:
     """Run ``case`` in ``tmp`` (its setup first) and return its exit code and output."""
     if case.setup is not None:
         case.setup(tmp)
     argv = _fill(case.argv, tmp)
-    if case.subprocess:
+    if case.subprocess or case.fsize_limit is not None:
         env = {**os.environ, **case.env}
         env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
         p = subprocess.run(
@@ -80,6 +95,7 @@ def run_case(case: Case, tmp: Path) -> Result:
             capture_output=True,
             text=True,
             timeout=case.timeout,
+            preexec_fn=None if case.fsize_limit is None else _limit_files(case.fsize_limit),
         )
         return Result(p.returncode, p.stdout + p.stderr)
     out, err = io.StringIO(), io.StringIO()

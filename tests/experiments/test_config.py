@@ -147,7 +147,8 @@ def test_flags_booleans_and_repeatables():
         ({"grid": {"seed": []}}, "grid.seed is empty; give at least one value"),
         ({"grid": {"seed": 0}}, "grid.seed must be a list of values (or {base, from, to}), got 0"),
         ({"grid": {"nodes": [2, 4]}}, "grid.nodes is also set in [base]; set it in one place only"),
-        ({"grid": {"seed": [0, 0]}}, "grid.seed repeats a value: [0, 0]"),
+        ({"grid": {"seed": [0, 0]}},
+         "grid.seed repeats a value: 0 and 0 are the same --seed 0; give each value once"),
         ({"grid": {"step_mult": {"base": 2, "from": 0}}},
          "grid.step_mult as a table needs exactly the keys base, from, to; got ['base', 'from']"),
         ({"grid": {"step_mult": {"base": 2, "from": 3, "to": 1}}},
@@ -169,7 +170,8 @@ def test_flags_booleans_and_repeatables():
         ({"select": {"window": 3}},
          "unknown key 'window' in [select]; allowed: rule, metric, tol"),
         ({"name": "a b"},
-         "name must be a non-empty string of letters, digits and ._=+-, got 'a b'"),
+         "name must be a plain folder name: 1 to 100 letters, digits and ._=+-, not starting "
+         "with a dot (so neither '.' nor '..'), no path separators; got 'a b'"),
     ],
 )  # fmt: skip
 def test_bad_configs_name_the_key(over, message):

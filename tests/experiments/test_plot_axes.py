@@ -86,7 +86,7 @@ def test_non_finite_points_are_dropped_and_do_not_set_the_axes(tmp_path, caplog)
     ax = fig.axes[0]
     assert ax.get_yscale() == "log"
     texts = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert texts == ["ef21, topk:k=1, step_mult=1", "ef21, topk:k=1, step_mult=64"]
+    assert texts == ["ef21, topk:k=1, x1", "ef21, topk:k=1, x64"]
     np.testing.assert_array_equal(ax.get_lines()[1].get_ydata(), [1.0, 1e150])
     np.testing.assert_array_equal(ax.get_lines()[1].get_xdata(), [0, 1])
     np.testing.assert_array_equal(ax.get_lines()[0].get_ydata(), [1.0, 0.1, 0.01, 0.001])
@@ -116,7 +116,7 @@ def test_empty_and_absent_columns_name_the_columns_with_values(tmp_path):
         plot([run], y="f_gap")
     with pytest.raises(ValueError, match=r"column 'loss' is not in .*; have: iter, bits_up, f$"):
         plot([run], y="loss")
-    bad = write_run(tmp_path / "s", {"f": [1.0, "oops"]})
+    bad = write_run(tmp_path / "s", {"f": [1.0, "oops", 0.5]})  # not the last row: not cut off
     with pytest.raises(ValueError, match=r"column 'f' of .* holds 'oops' at row 2; allowed: num"):
         plot([bad], y="f")
 
@@ -160,7 +160,10 @@ def test_sweep_groups_without_a_winner(tmp_path, caplog, capsys):
     toml = tmp_path / "fake.toml"
     toml.write_text(
         '[base]\nproblem = "quadratic"\nnodes = 2\n'
-        + "".join(f'[[methods]]\nalgorithm = "ef21"\nlabel = "{x}"\n' for x in "ABC")
+        + "".join(
+            f'[[methods]]\nalgorithm = "{a}"\nlabel = "{x}"\n'
+            for a, x in zip(("ef21", "ef-sgd", "dcgd"), "ABC", strict=True)
+        )  # fmt: skip
         + '[grid]\nstep_mult = [1, 2]\n[select]\nrule = "bits_to_tol"\ntol = 1e-2\n'
     )
     cfg = load_config(toml)
@@ -191,11 +194,13 @@ def test_sweep_groups_without_a_winner(tmp_path, caplog, capsys):
         fig = plot([out], x="iters")
     ax = fig.axes[0]
     assert [t.get_text() for t in ax.get_legend().get_texts()] == [
-        "A, identity, step_mult=1 (best of 2, at edge)",  # fewest bits to 1e-2: the first row
-        "B, identity, step_mult=2 (none reached tol; lowest final grad_norm_sq)",
+        "A, identity, x1, edge",  # fewest bits to 1e-2: the first row
+        "B, identity, x2 (none reached tol)",
     ]
     np.testing.assert_array_equal(ax.get_lines()[1].get_ydata(), [1.0, 0.2])
     assert warnings_of(caplog) == [
+        "A, identity: the chosen step_mult 1 is the smallest tried (1, 2); extend the grid "
+        "below it",
         "B, identity: no multiplier chosen (none reached tol); drawn at step_mult=2, its lowest "
         "final grad_norm_sq",
         "C, identity: no multiplier chosen (all diverged); not drawn",

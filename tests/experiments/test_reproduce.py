@@ -124,6 +124,7 @@ def test_write_golden_and_record_refuse_bad_combinations(capsys):
 
 
 def test_missing_data_skips_with_a_message(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("COMPZOO_DATA", raising=False)  # searched before the alias
     monkeypatch.setenv(rp.LIBSVM_ENV, str(tmp_path))
     with pytest.raises(rp.DataMissing, match="mushrooms"):
         rp.load_paper("ef21-vs-ef")
@@ -134,6 +135,7 @@ def test_missing_data_skips_with_a_message(tmp_path, monkeypatch, capsys):
 
 
 def test_config_states_tolerance_bits_and_sets(tmp_path, monkeypatch):
+    monkeypatch.delenv("COMPZOO_DATA", raising=False)  # searched before the alias
     for name in ("mushrooms", "phishing", "a9a", "w8a"):
         (tmp_path / f"{name}.txt").write_text("1 1:0.5\n-1 2:0.25\n")
     monkeypatch.setenv(rp.LIBSVM_ENV, str(tmp_path))

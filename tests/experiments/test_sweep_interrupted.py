@@ -147,7 +147,7 @@ def test_a_run_interrupted_again_while_resuming_keeps_its_checkpoint(tmp_path, m
     (run_dir / "summary.json").write_text(json.dumps({"reason": "interrupted", "iters": 300}))
     calls = []
 
-    def stopped_again(argv, env, servers, fresh=None):  # the resumed runner exits 130 again
+    def stopped_again(argv, env, servers, fresh=None, watch=None):  # resumed, exits 130 again
         calls.append(argv)
         return 130, "SIGINT"
 

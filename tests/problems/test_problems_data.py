@@ -47,7 +47,7 @@ def test_multiclass_file(tmp_path):
     assert float(p.loss(x)) == pytest.approx((1 + 4 + 9) / 6)  # raw targets
 
 
-def test_missing_and_malformed_files_name_the_file(tmp_path):
+def test_missing_and_malformed_files_name_the_file(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="logreg-nonconvex: dataset file '.*nope.txt' not found"):
         make_problem("logreg-nonconvex", dataset=f"libsvm:{tmp_path}/nope.txt")
     bad = write(tmp_path, "1 1:0.5 2\n-1 x:y\n", "bad.txt")
@@ -58,7 +58,10 @@ def test_missing_and_malformed_files_name_the_file(tmp_path):
         make_problem("logreg", dataset=f"libsvm:{empty}")
     with pytest.raises(ValueError, match="unknown dataset 'mnist'"):
         make_problem("logreg", dataset="mnist")
-    with pytest.raises(ValueError, match="COMPZOO_DATA"):
+    monkeypatch.setenv("COMPZOO_DATA", str(tmp_path))
+    with pytest.raises(
+        ValueError, match=r"'a9a' not found; looked for .*a9a\.txt \(\$COMPZOO_DATA\)"
+    ):
         make_problem("logreg", dataset="a9a")
 
 
@@ -80,14 +83,21 @@ def test_libsvm_stray_index_is_refused_before_allocating(tmp_path):
     path = write(tmp_path, rows)
     t0 = time.perf_counter()
     with pytest.raises(
-        ValueError, match=r"line 64: feature index 99999999 .* would need 47.7 GiB; allowed: 4 GiB"
+        ValueError,
+        match=r"line 64: feature index 99999999 makes d = 99999999 columns, more than max_dim = "
+        r"1048576 and more than the file's 64 stored entries.*--problem-opt max_dim=99999999",
     ):
         make_problem("logreg", dataset=f"libsvm:{path}", nodes=2)
     assert time.perf_counter() - t0 < 5.0
+    with pytest.raises(
+        ValueError, match=r"line 64: feature index 99999999 .* would need 47.7 GiB; allowed: 4 GiB"
+    ):
+        load_tabular(f"libsvm:{path}", "t", max_dim=10**8)
     small = write(tmp_path, "1 1:1\n-1 2:1\n", "small.txt")
     with pytest.raises(ValueError, match=r"line 2: feature index 2 .*allowed: 1e-08 GiB"):
         load_tabular(f"libsvm:{small}", "t", max_dense_gib=1e-8)
-    assert load_tabular(f"libsvm:{path}", "t", max_dense_gib=64).X.shape == (64, 99999999)
+    wide = load_tabular(f"libsvm:{path}", "t", max_dense_gib=64, max_dim=10**8)
+    assert wide.X.shape == (64, 99999999)
 
 
 @pytest.mark.parametrize(
@@ -122,10 +132,10 @@ def test_libsvm_paths_that_are_not_text_files(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="libsvm: needs a file path"):
         load_tabular("libsvm:", "logreg")
     monkeypatch.setenv("COMPZOO_DATA", str(tmp_path / "nowhere"))
-    with pytest.raises(ValueError, match="COMPZOO_DATA='.*nowhere' is not a folder"):
+    with pytest.raises(ValueError, match=r"nowhere/a9a\.txt \(\$COMPZOO_DATA: no such folder\)"):
         load_tabular("a9a", "logreg")
     monkeypatch.setenv("COMPZOO_DATA", str(tmp_path))
-    with pytest.raises(ValueError, match="'w8a' not found under COMPZOO_DATA=.*looked for"):
+    with pytest.raises(ValueError, match=r"'w8a' not found; looked for .*w8a\.txt"):
         load_tabular("w8a", "logreg")
 
 
