@@ -1,8 +1,8 @@
 """Encode+decode time of the registered compressors against what bounds them.
 
-One row of ``N`` float32 elements (``N`` in 10^6 and 2.5 * 10^7), ``k = N/100`` for the
-sparsifiers. Each compressor is set against its *bound*, the cost a hand-written version could
-not avoid:
+One row of ``N`` float32 elements (``N`` in 10^6 and 2.5 * 10^7; with ``--quick`` 10^6 only),
+``k = N/100`` for the sparsifiers. Each compressor is set against its *bound*, the cost a
+hand-written version could not avoid:
 
 * Top-K: ``torch.topk`` of ``|x|`` plus a gather and a scatter into zeros;
 * Rand-K, Perm-K, scaled Rand-K: ``randperm`` / ``index_select`` plus a scatter;
@@ -24,13 +24,15 @@ import torch
 
 from algorithms.comm import SimulatedComm
 from benchmarks.clock import median_seconds
+from benchmarks.progress import Tracker
 from compressors import parse_spec
 from compressors.registry import COMPRESSORS
 from streams import Streams
 
-__all__ = ["run", "SIZES", "table"]
+__all__ = ["run", "SIZES", "QUICK_SIZES", "table"]
 
 SIZES = (10**6, 25 * 10**6)
+QUICK_SIZES = (10**6,)  # at 2.5 * 10^7 some quantizers take 10-20 s a call on 2 cores
 SKIP = ("compose",)  # a container of other compressors: measured through its parts
 DRAWS = ("natural", "qsgd", "natural-dithering", "terngrad")  # one uniform per entry
 TARGET_GBS = 1.0
@@ -81,22 +83,25 @@ def _target(name: str, row: dict) -> str:
     return f"MISS (< {TARGET_GBS:g} GB/s and > {TARGET_RATIO:g}x bound)"
 
 
-def run(quick: bool = False, device: str = "cpu") -> list[dict]:
-    """One row per (compressor, size)."""
+def run(quick: bool = False, device: str = "cpu", track=None) -> list[dict]:
+    """One row per (compressor, size); ``track`` (:class:`benchmarks.progress.Tracker`) hears
+    of each as a case."""
     dev = torch.device(device)
     sync = (lambda: torch.cuda.synchronize(dev)) if dev.type == "cuda" else (lambda: None)
+    track = track or Tracker()
+    sizes = QUICK_SIZES if quick else SIZES
+    names = [name for name in COMPRESSORS if name not in SKIP]
+    track.plan(len(sizes) * len(names))
     rows = []
     gen = torch.Generator(device=dev).manual_seed(0)
-    for N in SIZES:
+    for N in sizes:
         x = torch.randn(1, N, generator=gen, device=dev)
         k = max(1, N // 100)
-        big = N > 10**6
-        repeats = (1 if big else 3) if quick else 5
+        repeats = 3 if quick else 5
         t_copy = median_seconds(lambda x=x: x.clone(), repeats, sync)
-        for name in COMPRESSORS:
-            if name in SKIP:
-                continue
+        for name in names:
             spec = _spec(name, N)
+            track.case(f"{spec}, {N:.3g} elements")
             row = {"compressor": spec, "elements": N, "copy_s": t_copy}
             try:
                 C = parse_spec(spec).bind(1)
@@ -108,6 +113,7 @@ def run(quick: bool = False, device: str = "cpu") -> list[dict]:
                 t_ours = median_seconds(ours, repeats, sync)
             except (ValueError, RuntimeError) as e:
                 rows.append({**row, "error": str(e)})
+                track.rows(rows[-1:])
                 continue
             prim, pfn = _primitive(name, x, k, gen)
             t_prim = median_seconds(pfn, repeats, sync)
@@ -117,6 +123,7 @@ def run(quick: bool = False, device: str = "cpu") -> list[dict]:
             row["gb_s"] = 4 * N / t_ours / 1e9
             row["target_speed"] = _target(name, row)
             rows.append(row)
+            track.rows(rows[-1:])
     return rows
 
 
@@ -144,7 +151,7 @@ def table(rows: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="fewer repeats")
+    ap.add_argument("--quick", action="store_true", help="10^6 elements only, fewer repeats")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     args = ap.parse_args(argv)
     print(table(run(args.quick, args.device)))

@@ -50,6 +50,7 @@ from algorithms.registry import ALGORITHMS
 from algorithms.vr_common import TAG_COIN
 from benchmarks import bandwidth
 from benchmarks.baselines_sparse import DashaLoop, DianaLoop, EF21Loop, MarinaLoop, nodes_from_csr
+from benchmarks.progress import Tracker
 from compressors import parse_spec
 from problems.registry import make_problem
 from streams.compiled import launch, numba
@@ -60,6 +61,9 @@ DATASETS = ("mushrooms", "phishing", "a9a", "w8a")
 METHODS = (("ef21", "topk:k=1"), ("diana", "randk:k=10"), ("marina", "randk:k=10"))
 METHODS += (("dasha", "randk:k=10"),)
 NODES, LAM, REPEATS = 20, 0.1, 3
+STEPS, QUICK_STEPS = 500, 25
+DTYPES = ("float64", "float32")
+QUICK_DTYPES = ("float64",)  # the dtype of the 5x target
 OPTS = {"diana": {"init_mode": "zero"}}
 
 
@@ -277,22 +281,30 @@ def bench_set(path: Path, name: str, dtype: str, steps: int, repeats: int) -> li
     return rows
 
 
-def run(quick: bool = False, device: str = "cpu", datasets=DATASETS) -> list[dict]:
-    """Every set of ``datasets`` found, in float64 and float32: 500 steps a timing (100 with
-    ``quick``), median of 3. A set that is absent gives a ``skipped`` row."""
+def run(quick: bool = False, device: str = "cpu", datasets=DATASETS, track=None) -> list[dict]:
+    """Every set of ``datasets`` found, in float64 and float32: 500 steps a timing, median of 3
+    (with ``quick``: float64 only, 25 steps). A set that is absent gives a ``skipped`` row.
+    ``track`` (:class:`benchmarks.progress.Tracker`) hears of each (set, dtype) as a case."""
     if device != "cpu":
         log.warning("paper: the loop baselines run on the CPU; compzoo runs on cpu here too")
-    steps = 100 if quick else 500
+    steps, dtypes = (QUICK_STEPS, QUICK_DTYPES) if quick else (STEPS, DTYPES)
+    track = track or Tracker()
+    paths = {name: find_data(name) for name in datasets}
+    track.plan(sum(len(dtypes) if p is not None else 1 for p in paths.values()))
     rows = []
-    for name in datasets:
-        path = find_data(name)
+    for name, path in paths.items():
         if path is None:
             msg = f"{name}.txt not found in $COMPZOO_DATA or ../shared/data/libsvm/: skipped"
+            track.case(f"{name} (absent)")
             log.warning("paper: %s", msg)
             rows.append({"dataset": name, "skipped": msg})
+            track.rows(rows[-1:])
             continue
-        for dtype in ("float64", "float32"):
+        for dtype in dtypes:
             t0 = time.perf_counter()
-            rows += bench_set(path, name, dtype, steps, REPEATS)
-            log.info("paper %s %s: %.1f s", name, dtype, time.perf_counter() - t0)
+            track.case(f"{name} {dtype}")
+            new = bench_set(path, name, dtype, steps, REPEATS)
+            rows += new
+            track.rows(new)
+            log.debug("paper %s %s: %.1f s", name, dtype, time.perf_counter() - t0)
     return rows

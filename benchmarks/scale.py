@@ -3,10 +3,10 @@
 ``python -m benchmarks --only scale [--quick]``. EF21 + Top-1 on the tridiagonal quadratic of the
 PermK, 3PC and DASHA experiments (``--problem quadratic --problem-opt family=tridiagonal``: the
 problem itself holds O(n + d) numbers, so the per-node state is what grows with n), float64:
-``n = 10^4, d = 1000``, ``n = 10^5, d = 100`` and (not with ``--quick``) ``n = 10^5, d = 1000``.
-W = 1 is a plain simulated run; W > 1 starts W ranks of ``python -m algorithms.run`` over gloo
-on this machine (what torchrun does), each holding a block of about n/W nodes. Each process
-gets ``max(1, cores // W)`` threads.
+``n = 10^4, d = 1000``, ``n = 10^5, d = 100`` and ``n = 10^5, d = 1000`` (with ``--quick``:
+``n = 10^5, d = 100`` on W = 1 and 2 only, 3 steps). W = 1 is a plain simulated run; W > 1
+starts W ranks of ``python -m algorithms.run`` over gloo on this machine (what torchrun does),
+each holding a block of about n/W nodes. Each process gets ``max(1, cores // W)`` threads.
 
 Per case: seconds per step (the runner's ``seconds_per_iter``, rank 0) and the peak resident
 memory of every process (``VmHWM``, read every 50 ms while it runs), max and mean over the
@@ -29,12 +29,16 @@ import threading
 import time
 from pathlib import Path
 
+from benchmarks import interrupt
+from benchmarks.progress import Tracker
+
 log = logging.getLogger(__name__)
 
 ROOT = Path(__file__).resolve().parents[1]
 CASES = ((10_000, 1000), (100_000, 100), (100_000, 1000))
-QUICK_CASES = CASES[:2]
+QUICK_CASES = ((100_000, 100),)
 WORLDS = (1, 2, 4)
+QUICK_WORLDS = (1, 2)
 BASE_NODES = 100
 MILLION = 10**6
 
@@ -74,35 +78,45 @@ def launch(n: int, d: int, world: int, iters: int, folder: Path) -> dict:
     threads = str(max(1, (os.cpu_count() or 1) // world))
     base = dict(os.environ, OMP_NUM_THREADS=threads, PYTHONPATH=str(ROOT))
     port = _port()
-    procs = []
-    for rank in range(world):
-        env = dict(base)
-        if world > 1:
-            env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world),
-                       LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
-                       MASTER_PORT=str(port))  # fmt: skip
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, "-m", "algorithms.run", *argv],
-                env=env,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-                text=True,
-            )  # fmt: skip
-        )
-    # VmHWM of each process's own address space, read until it exits (a high-water mark, so
-    # the last reading is the peak; wait4's ru_maxrss would include the parent's memory, which
-    # the kernel carries over the fork and exec of a child).
-    peaks = [0.0] * world
-    errs = [threading.Thread(target=_drain, args=(p,)) for p in procs]
-    for t in errs:
-        t.start()
-    while any(p.poll() is None for p in procs):
-        for i, p in enumerate(procs):
-            peaks[i] = max(peaks[i], _hwm_mib(p.pid))
-        time.sleep(0.05)
-    for t in errs:
-        t.join()
+    procs: list[subprocess.Popen] = []
+    errs: list[threading.Thread] = []
+    try:
+        for rank in range(world):
+            env = dict(base)
+            if world > 1:
+                env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world),
+                           LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
+                           MASTER_PORT=str(port))  # fmt: skip
+            # A session of its own: a terminal's Ctrl-C reaches the benchmark, which stops
+            # the ranks itself (interrupt.stop), also on SIGTERM.
+            with interrupt.shielded():
+                procs.append(
+                    subprocess.Popen(
+                        [sys.executable, "-m", "algorithms.run", *argv],
+                        env=env,
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.PIPE,
+                        text=True,
+                        start_new_session=True,
+                    )  # fmt: skip
+                )
+        # VmHWM of each process's own address space, read until it exits (a high-water mark,
+        # so the last reading is the peak; wait4's ru_maxrss would include the parent's
+        # memory, which the kernel carries over the fork and exec of a child).
+        peaks = [0.0] * world
+        errs = [threading.Thread(target=_drain, args=(p,)) for p in procs]
+        for t in errs:
+            t.start()
+        while any(p.poll() is None for p in procs):
+            for i, p in enumerate(procs):
+                peaks[i] = max(peaks[i], _hwm_mib(p.pid))
+            time.sleep(0.05)
+    finally:
+        for p in procs:
+            interrupt.stop(p)
+        for t in errs:
+            if t.ident is not None:  # started
+                t.join()
     errors = [p.err or f"exit {p.returncode}" for p in procs if p.returncode != 0]
     row = {"n": n, "d": d, "world": world, "iters": iters}
     if errors:
@@ -116,20 +130,25 @@ def launch(n: int, d: int, world: int, iters: int, folder: Path) -> dict:
     }
 
 
-def run(quick: bool = False, cases=None, worlds=WORLDS) -> list[dict]:
+def run(quick: bool = False, cases=None, worlds=None, track=None) -> list[dict]:
     """Every case on every W, plus a 100-node base run for each ``d`` and W (a process's memory
-    without the nodes: interpreter, libraries, the process group's buffers)."""
-    iters = 5 if quick else 20
+    without the nodes: interpreter, libraries, the process group's buffers). ``track``
+    (:class:`benchmarks.progress.Tracker`) hears of each launch as a case."""
+    iters = 3 if quick else 20
     cases = (QUICK_CASES if quick else CASES) if cases is None else cases
+    worlds = (QUICK_WORLDS if quick else WORLDS) if worlds is None else worlds
+    track = track or Tracker()
+    runs = [(BASE_NODES, d, w, True) for d in sorted({d for _, d in cases}) for w in worlds]
+    runs += [(n, d, w, False) for n, d in cases for w in worlds]
+    track.plan(len(runs))
     rows = []
     with tempfile.TemporaryDirectory(prefix="compzoo-scale-") as tmp:
-        for d in sorted({d for _, d in cases}):
-            for w in worlds:
-                rows.append({**launch(BASE_NODES, d, w, iters, Path(tmp)), "base": True})
-        for n, d in cases:
-            for w in worlds:
-                rows.append(launch(n, d, w, iters, Path(tmp)))
-                log.info("scale n=%d d=%d W=%d: %s", n, d, w, rows[-1])
+        for n, d, w, is_base in runs:
+            track.case(f"n={n}{' (base)' if is_base else ''} d={d} W={w}")
+            row = launch(n, d, w, iters, Path(tmp))
+            rows.append({**row, "base": True} if is_base else row)
+            track.rows(rows[-1:])
+            log.debug("scale n=%d d=%d W=%d: %s", n, d, w, rows[-1])
     return rows
 
 
