@@ -32,3 +32,31 @@ settings.register_profile(
 settings.register_profile("dev", max_examples=50, deadline=None)
 settings.register_profile("deep", max_examples=1000, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+# ``python -m pytest -m smoke``: about a minute of the suite, one file or two per package (the
+# core contracts, the runner and its bad-input catalogue, a sweep, theory steps, the systems
+# model), for a quick check of a change; the default suite runs them too.
+SMOKE_FILES = {
+    "tests/test_streams.py",
+    "tests/compressors/test_contract.py",
+    "tests/compressors/test_wire.py",
+    "tests/problems/test_problems_registry.py",
+    "tests/algorithms/test_dcgd_ef21.py",
+    "tests/algorithms/test_runner.py",
+    "tests/algorithms/test_checkpoint.py",
+    "tests/experiments/test_config.py",
+    "tests/experiments/test_examples.py",
+    "tests/theory_checks/test_tc_stepsizes.py",
+    "tests/systems/test_systems_model.py",
+    "tests/catalogue/test_catalogue.py",
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    import pytest
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for item in items:
+        if os.path.relpath(str(item.path), root) in SMOKE_FILES:
+            item.add_marker(pytest.mark.smoke)

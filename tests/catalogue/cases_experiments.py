@@ -662,7 +662,7 @@ CASES: list[Case] = [
         REPRO,
         ["3pc-quadratic", "--quick", "--out", "{tmp}/file/sub"],
         setup=a_file,
-        message=r"error: cannot write '.*/file/sub'",
+        message=r"error: cannot write the sweep folder '.*/file/sub': Not a directory",
     ),  # fmt: skip
     # systems.utility (bad values are refused before anything is measured)
     Case(
