@@ -10,14 +10,19 @@ from typing import ClassVar
 import torch
 
 from algorithms import stepsizes
-from algorithms.base import Algorithm, Option, State, Theory, check_choice, initial_estimator
+from algorithms.base import (
+    Algorithm,
+    State,
+    Theory,
+    initial_estimator,
+    option,
+)
 from algorithms.comm.base import Comm
 from algorithms.ef21 import INITS
 from compressors import Compressor, parse_spec
+from streams import tags
 
 REGIMES = ("auto", "nonconvex", "pl")
-# Stream tags of the coarse levels' draws (level j uses TAG_LEVEL + j); the finest uses 0.
-TAG_LEVEL = 0xADA0
 SOURCE = (
     "Makarenko, Gasanov, Islamov, Sadiev & Richtárik 2022, arXiv 2211.00188 (AdaCGD, the "
     "adaptive 3PC mechanism); constants A = theta(delta_m), B = max(zeta, beta(delta_m)) derived "
@@ -57,7 +62,7 @@ def adaptive(h, y, x, coarse, C: Compressor, zeta: float, comm: Comm, t: int):
         if j == 0:
             cand, bits = torch.zeros_like(r), torch.zeros_like(nbits)
         else:
-            pj = coarse[j - 1].encode(r, comm.rng_for(coarse[j - 1], t, tag=TAG_LEVEL + j))
+            pj = coarse[j - 1].encode(r, comm.rng_for(coarse[j - 1], t, tag=tags.ADACGD_LEVEL + j))
             cand, bits = coarse[j - 1].decode(pj), pj.nbits
         ok = ((r - cand) ** 2).sum(dim=1) <= threshold
         # Going from fine to coarse, a later pass overrides: the coarsest passing one wins.
@@ -105,27 +110,19 @@ class AdaCGD(Algorithm):
     finest).
     """
 
-    levels: str = "topk:k=1"
-    zeta: float = 1.0
-    init_mode: str = "full"
-    regime: str = "auto"
+    levels: str = option("topk:k=1", "coarse levels, specs separated by '|', coarsest first")
+    zeta: float = option(1.0, "trigger zeta >= 0")
+    init_mode: str = option("full", "g_i^0: full | compressed | zero", choices=INITS, flag="init")
+    regime: str = option("auto", "theory step: auto | nonconvex | pl", choices=REGIMES)
 
     needs: ClassVar[str] = "contractive"
     reports: ClassVar[tuple[str, ...]] = ("G", "level")
-    options: ClassVar[dict[str, Option]] = {
-        "levels": Option(str, "topk:k=1", "coarse levels, specs separated by '|', coarsest first"),
-        "zeta": Option(float, 1.0, "trigger zeta >= 0"),
-        "init_mode": Option(str, "full", "g_i^0: full | compressed | zero", INITS, "init"),
-        "regime": Option(str, "auto", "theory step: auto | nonconvex | pl", REGIMES),
-    }
 
     def __post_init__(self) -> None:
         super().__post_init__()
         parse_levels(self.levels, 1)
         if not (isinstance(self.zeta, int | float) and self.zeta >= 0):
             raise ValueError(f"zeta must be >= 0, got {self.zeta!r}")
-        check_choice("init", self.init_mode, INITS)
-        check_choice("regime", self.regime, REGIMES)
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:

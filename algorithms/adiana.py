@@ -10,12 +10,11 @@ import torch
 
 from algorithms.base import (
     Algorithm,
-    Option,
     State,
     Theory,
-    check_choice,
     check_unit,
     initial_estimator,
+    option,
 )
 from algorithms.comm.base import Comm
 from algorithms.stepsizes.accelerated import adiana_alpha, adiana_eta, adiana_momentum, adiana_p
@@ -24,12 +23,11 @@ from algorithms.vr_common import (
     need,
     need_independent_unbiased,
 )
+from streams.tags import ADIANA_ANCHOR as TAG_ANCHOR
+from streams.tags import ADIANA_AT_W as TAG_AT_W
+from streams.tags import ADIANA_AT_X as TAG_AT_X
 
 INITS = ("zero", "full")
-# Stream tags: the two compressed messages of a round and the shared anchor coin.
-TAG_AT_X = 0xAD1A
-TAG_AT_W = 0xAD1B
-TAG_ANCHOR = 0xAD1C
 SOURCE = (
     "Li, Kovalev, Qian & Richtárik 2020, arXiv 2002.11364 (ICML 2020), Algorithm 2 (ADIANA) "
     "[M]; parameters as in the coauthors' reference code, Rustem-Islamov/FedNL-Public "
@@ -88,31 +86,26 @@ class ADIANA(Algorithm):
     ``H = mean_i ||h_i - grad f_i(x*)||^2`` (where ``x*`` is known).
     """
 
-    alpha: float | None = None
-    p: float | None = None
-    theta1: float | None = None
-    theta2: float | None = None
-    gamma_z: float | None = None
-    beta: float | None = None
-    mu: float | None = None
-    init_mode: str = "zero"
+    alpha: float | None = option(None, "shift step alpha (default 1/(omega+1))")
+    p: float | None = option(
+        None, "probability p of the shared synchronisation coin (default: the method's theory)"
+    )
+    theta1: float | None = option(
+        None,
+        "ADIANA weight of z in x (default min(1/4, sqrt(eta mu/p)); 0 removes the acceleration)",
+    )
+    theta2: float | None = option(None, "ADIANA weight of the anchor w in x (default 1/2)")
+    gamma_z: float | None = option(
+        None, "ADIANA step of the z sequence, the paper's gamma (default eta/(2(theta1 + eta mu)))"
+    )
+    beta: float | None = option(None, "ADIANA z averaging beta (default 1 - gamma_z mu)")
+    mu: float | None = option(
+        None, "strong convexity used by ADIANA's parameters (default: the problem's mu)"
+    )
+    init_mode: str = option("zero", "h_i^0: zero | full", choices=INITS, flag="init")
 
     needs: ClassVar[str] = "unbiased"
     reports: ClassVar[tuple[str, ...]] = ("refresh", "H")
-    options: ClassVar[dict[str, Option]] = {
-        "alpha": Option(float, None, "shift step alpha (default 1/(omega+1))"),
-        "p": Option(float, None, "probability p of the shared synchronisation coin (default: "
-                    "the method's theory)"),
-        "theta1": Option(float, None, "ADIANA weight of z in x (default min(1/4, sqrt(eta mu/p))"
-                         "; 0 removes the acceleration)"),
-        "theta2": Option(float, None, "ADIANA weight of the anchor w in x (default 1/2)"),
-        "gamma_z": Option(float, None, "ADIANA step of the z sequence, the paper's gamma "
-                          "(default eta/(2(theta1 + eta mu)))"),
-        "beta": Option(float, None, "ADIANA z averaging beta (default 1 - gamma_z mu)"),
-        "mu": Option(float, None, "strong convexity used by ADIANA's parameters (default: the "
-                     "problem's mu)"),
-        "init_mode": Option(str, "zero", "h_i^0: zero | full", INITS, "init"),
-    }  # fmt: skip
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -129,7 +122,6 @@ class ADIANA(Algorithm):
             v = getattr(self, name)
             if v is not None and not v > 0:
                 raise ValueError(f"{name} must be > 0, got {v!r}")
-        check_choice("init", self.init_mode, INITS)
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:

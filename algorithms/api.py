@@ -12,11 +12,12 @@
 
 Every keyword is a flag of ``python -m algorithms.run`` (``--step-mult`` is ``step_mult``, a
 method's own options too: ``eta=0.9``); ``problem_opt`` takes a dict (``{"dim": 100}``),
-``lam`` is ``--lambda``, and a flag that takes no value is ``True``. The run goes through the
-same resolution and loop as the command line, so the same arguments give the same history: the
-command line is a thin layer over this module (``python -m algorithms.run`` parses its flags,
-handles ``--list``, ``--resume`` and torchrun, and calls :func:`run_args`, where :func:`run`
-ends too). Nothing is written unless ``out=`` names a folder, which then receives
+``lam`` is ``--lambda``, and a flag that takes no value is ``True``. The keywords fill a typed
+run configuration (:class:`algorithms.runner.config.RunConfig`) directly, each checked against
+its declaration (the run settings' and the method's options, :func:`algorithms.base.option`);
+no command line is built or parsed. The command line fills the same configuration from its
+flags, and both go through :func:`run_args`: the same settings give the same history.
+Nothing is written unless ``out=`` names a folder, which then receives
 what the command line writes there (``config.json``, ``history.csv``, ``summary.json``); no
 progress bar or summary is printed unless ``quiet=False``.
 
@@ -37,8 +38,9 @@ from typing import Any
 
 from algorithms.base import Algorithm
 from algorithms.comm import SimulatedComm
-from algorithms.runner.cli import build_parser
+from algorithms.registry import get_algorithm
 from algorithms.runner.common import BadInput
+from algorithms.runner.config import RunConfig
 from algorithms.runner.folder import out_dir
 from algorithms.runner.loop import execute
 from algorithms.runner.resolve import configure
@@ -74,49 +76,6 @@ class Result:
     @property
     def final(self) -> dict:
         return self.summary["final"]
-
-
-def _flag(key: str) -> str:
-    return "--lambda" if key == "lam" else "--" + key.replace("_", "-")
-
-
-def _argv(method: str, compressor: str | None, problem: str | None, flags: dict) -> list[str]:
-    argv = [method]
-    if compressor is not None:
-        argv += ["--compressor", compressor]
-    if problem is not None:
-        argv += ["--problem", problem]
-    for key, value in flags.items():
-        if value is None or value is False:
-            continue
-        if key == "problem_opt" and isinstance(value, dict):
-            for k, v in value.items():
-                argv += ["--problem-opt", f"{k}={v}"]
-        elif value is True:
-            argv.append(_flag(key))
-        elif isinstance(value, list | tuple) and key == "problem_opt":
-            for item in value:
-                argv += ["--problem-opt", str(item)]
-        else:
-            argv += [_flag(key), str(value)]
-    return argv
-
-
-class _Refused(Exception):
-    pass
-
-
-def _parse(argv: list[str]):
-    parser = build_parser()
-
-    def fail(message: str) -> None:
-        raise _Refused(message)
-
-    parser.error = fail  # a bad flag raises instead of exiting the interpreter
-    try:
-        return parser.parse_args(argv)
-    except _Refused as e:
-        raise ValueError(str(e)) from None
 
 
 def run(
@@ -157,16 +116,20 @@ def run(
         flags["nodes"] = problem.n
     elif problem is not None and not isinstance(problem, str):
         raise ValueError(f"problem must be a registered name or a Problem, got {problem!r}")
-    flags["quiet"] = quiet
+    if "resume" in flags or "list" in flags:
+        raise ValueError("resume and list are command-line actions; run them with the CLI")
     if "checkpoint_every" in flags and out is None:
         raise ValueError("checkpoint_every needs out= (a folder for the checkpoints)")
+    given = dict(flags, quiet=quiet)
+    if spec is not None:
+        given["compressor"] = spec
+    if pname is not None:
+        given["problem"] = pname
     if out is not None:
-        flags["out"] = str(out)
-    argv = _argv(name, spec, pname, flags)
-    args = _parse(argv)
-    if args.resume is not None or args.list:
-        raise ValueError("resume and list are command-line actions; run them with the CLI")
-    args._argv = argv
+        given["out"] = str(out)
+    cls = objects.get("algorithm") or get_algorithm(name)
+    args = RunConfig.create(name, given, cls)  # checked against the declarations, no argv
+    args.argv = args.to_argv()  # what config.json records (and --resume reads back)
     kept: dict[str, Any] = {}
     status = run_args(args, objects, keep=kept, write=out is not None, announce=not quiet)
     import pandas as pd
@@ -188,7 +151,7 @@ def run_args(
     announce: bool = True,
     stop=None,
 ) -> int:
-    """Run a parsed command line (``algorithms.runner.cli.build_parser``) with simulated nodes
+    """Run a configuration (:class:`algorithms.runner.config.RunConfig`) with simulated nodes
     in this process: what both :func:`run` and ``python -m algorithms.run`` do once their
     arguments are read. ``objects`` replaces names by objects (see :func:`run`), ``keep``
     receives the history rows, summary and config, ``write`` says whether the run folder is

@@ -8,15 +8,12 @@ from typing import Any, ClassVar
 
 import torch
 
-from algorithms.base import Algorithm, Option, State, Theory, check_choice, check_unit
+from algorithms.base import Algorithm, State, Theory, check_unit, option
 from algorithms.bidirectional_common import (
-    DOWN_OPTION,
-    INIT_OPTION,
-    INITS,
-    PARTICIPATION_OPTION,
-    TAG_ARTEMIS_DOWN,
     artemis_theory,
     bind_down,
+    down_option,
+    init_option,
     initial_memory,
     participation_mask,
     uplink_with_memory,
@@ -25,6 +22,7 @@ from algorithms.comm.base import Comm
 from algorithms.stepsizes import bidirectional as steps
 from algorithms.vr_common import effective_omega
 from compressors import Compressor
+from streams import tags
 
 SOURCE = (
     "Philippenko & Dieuleveut 2020, arXiv 2006.14591, Alg. 1 (Artemis); memory rate "
@@ -68,23 +66,18 @@ class Artemis(Algorithm):
     experiments. Reports ``H = mean_i ||grad f_i(w) - h_i||^2`` and ``participants``.
     """
 
-    down_compressor: Compressor | None = None
-    alpha: float | None = None
-    participation: float = 1.0
-    estimator: str = "memory"
-    init_mode: str = "zero"
+    down_compressor: Compressor | None = down_option()
+    alpha: float | None = option(None, "uplink memory step alpha (default 1/(2(omega_up+1)))")
+    participation: float = option(
+        1.0, "probability p in (0, 1] that a node takes part in a round (own coin)"
+    )
+    estimator: str = option(
+        "memory", "partial participation: memory | sampled aggregation", choices=ESTIMATORS
+    )
+    init_mode: str = init_option()
 
     needs: ClassVar[str] = "unbiased"
     reports: ClassVar[tuple[str, ...]] = ("H", "participants")
-    options: ClassVar[dict[str, Option]] = {
-        "down_compressor": DOWN_OPTION,
-        "alpha": Option(float, None, "uplink memory step alpha (default 1/(2(omega_up+1)))"),
-        "participation": PARTICIPATION_OPTION,
-        "estimator": Option(
-            str, "memory", "partial participation: memory | sampled aggregation", ESTIMATORS
-        ),
-        "init_mode": INIT_OPTION,
-    }
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -96,8 +89,6 @@ class Artemis(Algorithm):
         if self.alpha is not None and not 0 <= self.alpha <= 1:
             raise ValueError(f"alpha must be in [0, 1], got {self.alpha!r}")
         check_unit("participation", self.participation, optional=False)
-        check_choice("estimator", self.estimator, ESTIMATORS)
-        check_choice("init", self.init_mode, INITS)
 
     @classmethod
     def configure(cls, problem, compressor, *, force: bool = False, **opts: Any):
@@ -124,7 +115,7 @@ class Artemis(Algorithm):
             C, problem.grad(state.x), state.h_i, state.h, self._alpha(problem.d), comm, t,
             mask=mask, p=p, estimator=self.estimator,
         )  # fmt: skip
-        packet = CD.encode(up.g[None, :], comm.server_rng(t, tag=TAG_ARTEMIS_DOWN))
+        packet = CD.encode(up.g[None, :], comm.server_rng(t, tag=tags.ARTEMIS_DOWN))
         x = state.x - self.gamma * comm.broadcast(packet, CD)
         share = 1.0 if mask is None else comm.monitor_mean(mask.to(torch.float64))
         new = ArtemisState(x=x, t=t + 1, h_i=up.h_i, h=up.h)

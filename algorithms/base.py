@@ -13,6 +13,8 @@ formula it used, so that ``config.json`` records where every number came from.
 from __future__ import annotations
 
 import dataclasses
+import types
+import typing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -21,7 +23,7 @@ import torch
 from algorithms.comm import Comm
 from compressors import Compressor
 
-__all__ = ["Algorithm", "Option", "State", "StepInfo", "Theory", "check_compressor"]
+__all__ = ["Algorithm", "Option", "State", "StepInfo", "Theory", "check_compressor", "option"]
 
 
 @dataclass(frozen=True)
@@ -44,13 +46,98 @@ class StepInfo:
 
 @dataclass(frozen=True)
 class Option:
-    """A method hyperparameter settable from the command line (``--NAME VALUE``)."""
+    """A method hyperparameter settable from the command line (``--FLAG VALUE``), as the
+    command line, the Python API, ``--list``, sweeps and the docs see it. Built from the
+    method's dataclass field (:func:`option`), never written out by hand.
+
+    Attributes:
+        type: the value's type (the field's annotation without ``| None``).
+        default: the field's default (None for a default built by a factory: the method's own).
+        help: one line for ``--help``.
+        choices: the allowed values (from ``choices=`` or a ``Literal[...]`` annotation).
+        flag: the command-line name when it differs from the field's (``init`` for
+            ``init_mode``).
+        from_run: a run option whose value is the default (``"iters"``: the run's horizon).
+    """
 
     type: type
     default: Any
     help: str
     choices: tuple | None = None
     flag: str | None = None  # the command-line name when it differs from the field's
+    from_run: str | None = None
+
+
+_OPTION = "compzoo.option"
+
+
+def option(
+    default: Any = dataclasses.MISSING,
+    help: str = "",  # noqa: A002 - the word argparse uses
+    *,
+    choices: tuple | list | None = None,
+    flag: str | None = None,
+    from_run: str | None = None,
+    default_factory: Any = dataclasses.MISSING,
+) -> Any:
+    """A method's hyperparameter, declared once: its dataclass field carries the default, the
+    help, the allowed values and the command-line name; the method's ``options`` (and from them
+    the command line, ``--help``, ``--list``, sweeps and the docs) are read from it, and a value
+    outside ``choices`` is refused when the method is built. ``from_run`` names a run option
+    whose value is the default when none is given (DCGD's horizon is the run's ``--iters``).
+
+    ::
+
+        init_mode: str = option("full", "g_i^0: full | compressed | zero", choices=INITS,
+                                flag="init")
+    """
+    meta = {_OPTION: {"help": help, "choices": None if choices is None else tuple(choices),
+                      "flag": flag, "from_run": from_run}}  # fmt: skip
+    if default_factory is not dataclasses.MISSING:
+        return field(default_factory=default_factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def _option_type(hint: Any) -> tuple[type, tuple | None]:
+    """The value type of an annotation (``float | None`` -> float) and its ``Literal`` values."""
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    if typing.get_origin(hint) is typing.Literal:
+        values = typing.get_args(hint)
+        return type(values[0]), tuple(values)
+    if args and typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return _option_type(args[0]) if len(args) == 1 else (object, None)
+    return (hint if isinstance(hint, type) else object), None
+
+
+def collect_options(cls: type) -> dict[str, Option]:
+    """The :class:`Option` of every field of ``cls`` declared with :func:`option`, in field
+    order (base classes' fields first)."""
+    try:
+        hints = typing.get_type_hints(cls)  # each annotation in its own module's names
+    except NameError:  # a name only imported under TYPE_CHECKING: the option's type is unknown
+        hints = {}
+    out: dict[str, Option] = {}
+    for f in dataclasses.fields(cls):
+        meta = f.metadata.get(_OPTION)
+        if meta is None:
+            continue
+        kind, literal = _option_type(hints.get(f.name, object))
+        default = None if f.default is dataclasses.MISSING else f.default
+        out[f.name] = Option(kind, default, meta["help"], meta["choices"] or literal,
+                             meta["flag"], meta["from_run"])  # fmt: skip
+    return out
+
+
+class _Options:
+    """``Algorithm.options``: read from the class's fields once per class (a subclass that
+    assigns a dict of its own keeps it)."""
+
+    def __get__(self, obj: Any, cls: type) -> dict[str, Option]:
+        cached = cls.__dict__.get("_options")
+        if cached is None:
+            cached = collect_options(cls)
+            setattr(cls, "_options", cached)  # noqa: B010 - a class attribute, per class
+        return cached
 
 
 @dataclass(frozen=True)
@@ -160,7 +247,9 @@ class Algorithm:
             ``delta = 1/(omega+1)`` only if the method's paper does; by default it needs
             ``delta`` declared).
         stochastic: the method uses minibatches (``batch_size``).
-        options: CLI-settable hyperparameters beyond ``gamma`` and the compressor.
+        options: the hyperparameters beyond ``gamma`` and the compressor, read from the fields
+            declared with :func:`option` (a value outside an option's choices is refused by
+            ``__post_init__``, naming its flag).
         reports: names of the extras ``step`` returns (history.csv columns).
     """
 
@@ -169,7 +258,7 @@ class Algorithm:
 
     needs: ClassVar[str] = "any"
     stochastic: ClassVar[bool] = False
-    options: ClassVar[dict[str, Option]] = {}
+    options = _Options()  # (not a field: no annotation)
     reports: ClassVar[tuple[str, ...]] = ()
 
     def __post_init__(self) -> None:
@@ -177,6 +266,13 @@ class Algorithm:
             raise ValueError(f"compressor must be a Compressor, got {self.compressor!r}")
         if not self.gamma > 0:
             raise ValueError(f"gamma must be > 0, got {self.gamma}")
+        for name, opt in type(self).options.items():
+            value = getattr(self, name)
+            if opt.choices and value is not None and value not in opt.choices:
+                flag = (opt.flag or name).replace("_", "-")
+                raise ValueError(
+                    f"--{flag} must be one of {', '.join(map(str, opt.choices))}, got {value!r}"
+                )
 
     @classmethod
     def message_dim(cls, d: int) -> int:

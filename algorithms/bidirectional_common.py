@@ -13,30 +13,34 @@ from typing import Any
 
 import torch
 
-from algorithms.base import Option, Theory, bind_down_compressor
+from algorithms.base import Theory, bind_down_compressor, option
 from algorithms.comm.base import Comm
 from algorithms.stepsizes import bidirectional as steps
 from algorithms.vr_common import need, need_unbiased
 from compressors import Compressor
+from streams import tags
 
-# Stream tags of these methods (grep-unique in algorithms/).
-TAG_DORE_DOWN = 0xD03E
-TAG_ARTEMIS_DOWN = 0xA27E
-TAG_MCM_DOWN = 0x3C30
-TAG_MCM_DOWN_I = 0x3C31  # RandMCM: one independent downlink draw per node
-TAG_BIDIR_PART = 0xB1D0  # the partial-participation coins
-
-DOWN_OPTION = Option(
-    Compressor,
-    None,
-    "downlink compressor (--down-compressor; default: the uplink's compressor, as the papers)",
-)
-PARTICIPATION_OPTION = Option(
-    float, 1.0, "probability p in (0, 1] that a node takes part in a round (own coin)"
-)
 INITS = ("zero", "full")
-INIT_OPTION = Option(str, "zero", "uplink memories h_i^0: zero | full (sent once, 32 d)", INITS,
-                     "init")  # fmt: skip
+
+
+def down_option():
+    """The ``down_compressor`` field of DORE, Artemis and MCM."""
+    return option(
+        None,
+        "downlink compressor (--down-compressor; default: the uplink's compressor, as the papers)",
+    )
+
+
+def participation_option():
+    """The ``participation`` field of Artemis and MCM."""
+    return option(1.0, "probability p in (0, 1] that a node takes part in a round (own coin)")
+
+
+def init_option():
+    """The ``init_mode`` field (``--init``) of DORE, Artemis and MCM."""
+    return option(
+        "zero", "uplink memories h_i^0: zero | full (sent once, 32 d)", choices=INITS, flag="init"
+    )
 
 
 def bind_down(cls_name: str, problem, compressor: Compressor, opts: dict[str, Any], force: bool):
@@ -58,7 +62,7 @@ def participation_mask(comm: Comm, t: int, p: float) -> torch.Tensor | None:
     ``p = 1``."""
     if p >= 1.0:
         return None
-    return comm.rng(t, tag=TAG_BIDIR_PART).uniform(1)[:, 0] < p
+    return comm.rng(t, tag=tags.BIDIR_PART).uniform(1)[:, 0] < p
 
 
 @dataclass(frozen=True)

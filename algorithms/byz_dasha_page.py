@@ -8,10 +8,9 @@ from typing import ClassVar
 
 import torch
 
-from algorithms.base import Option, State, Theory, check_count, check_unit
+from algorithms.base import State, Theory, check_count, check_unit, option
 from algorithms.comm.base import Comm
 from algorithms.robust.options import (
-    BYZ_OPTIONS,
     BYZ_REPORTS,
     ByzantineAlgorithm,
     theory_counts,
@@ -25,15 +24,14 @@ from algorithms.vr_common import (
     samples_per_node,
     support_ratio,
 )
+from streams.tags import BYZ_DASHA_PAGE_BATCH as TAG_BDP_BATCH
+from streams.tags import BYZ_DASHA_PAGE_COIN as TAG_BDP_COIN
 
 SOURCE = (
     "Rammal, Gruntkowska, Fedin, Gorbunov & Richtárik 2024, arXiv 2310.09804 (Byz-DASHA-PAGE); "
     "step, a and p as the coauthors' notebook (Nikosimus/CC-for-BR-Learning Experiments.ipynb, "
     "R_dp, mom, p_d)"
 )
-# Stream tags of the shared coin and the minibatches.
-TAG_BDP_COIN = 0xB1DC
-TAG_BDP_BATCH = 0xB1DB
 
 
 def byz_page_p(compressor, problem, batch: int) -> float:
@@ -76,19 +74,13 @@ class ByzDASHAPAGE(ByzantineAlgorithm):
     ``grad_norm_sq_honest``.
     """
 
-    batch_size: int = 1
-    p: float | None = None
-    momentum: float | None = None
+    batch_size: int = option(1, "minibatch b per node for the gradient differences")
+    p: float | None = option(None, "probability p of the shared full-gradient coin (default b/m)")
+    momentum: float | None = option(None, "DASHA's a (default 1/(2 omega + 1))")
 
     needs: ClassVar[str] = "unbiased"
     stochastic: ClassVar[bool] = True
     reports: ClassVar[tuple[str, ...]] = ("sync", *BYZ_REPORTS)
-    options: ClassVar[dict[str, Option]] = {
-        "batch_size": Option(int, 1, "minibatch b per node for the gradient differences"),
-        "p": Option(float, None, "probability p of the shared full-gradient coin (default b/m)"),
-        "momentum": Option(float, None, "DASHA's a (default 1/(2 omega + 1))"),
-        **BYZ_OPTIONS,
-    }
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -7,10 +7,9 @@ from typing import ClassVar
 
 import torch
 
-from algorithms.base import Option, State, Theory
+from algorithms.base import State, Theory
 from algorithms.comm.base import Comm
 from algorithms.robust.options import (
-    BYZ_OPTIONS,
     BYZ_REPORTS,
     ByzantineAlgorithm,
     theory_counts,
@@ -56,7 +55,6 @@ class ByzEF21(ByzantineAlgorithm):
 
     needs: ClassVar[str] = "contractive"
     reports: ClassVar[tuple[str, ...]] = BYZ_REPORTS
-    options: ClassVar[dict[str, Option]] = dict(BYZ_OPTIONS)
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:

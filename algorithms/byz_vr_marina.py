@@ -7,10 +7,9 @@ from typing import ClassVar
 
 import torch
 
-from algorithms.base import Option, State, Theory, check_count, check_unit
+from algorithms.base import State, Theory, check_count, check_unit, option
 from algorithms.comm.base import Comm
 from algorithms.robust.options import (
-    BYZ_OPTIONS,
     BYZ_REPORTS,
     ByzantineAlgorithm,
     theory_counts,
@@ -24,14 +23,13 @@ from algorithms.vr_common import (
     resolved,
     sample_smoothness,
 )
+from streams.tags import BYZ_VR_MARINA_BATCH as TAG_BYZ_BATCH
+from streams.tags import BYZ_VR_MARINA_COIN as TAG_BYZ_COIN
 
 SOURCE = (
     "Gorbunov, Horváth, Richtárik & Gidel 2022, arXiv 2206.00529, Alg. 1, Thm 2.1 (A recalled, "
     "[U]); p as VR-MARINA (arXiv 2102.07845, Cor. 3.1)"
 )
-# Stream tags of the shared coin and the minibatches.
-TAG_BYZ_COIN = 0xB1C0
-TAG_BYZ_BATCH = 0xB1BA
 
 
 @dataclass(frozen=True)
@@ -72,17 +70,12 @@ class ByzVRMARINA(ByzantineAlgorithm):
     ``96 max(omega, m/b) c delta/p`` (a heterogeneity term); not used.
     """
 
-    batch_size: int = 1
-    p: float | None = None
+    batch_size: int = option(1, "minibatch b per node for the gradient differences")
+    p: float | None = option(None, P_HELP)
 
     needs: ClassVar[str] = "unbiased"
     stochastic: ClassVar[bool] = True
     reports: ClassVar[tuple[str, ...]] = ("sync", *BYZ_REPORTS)
-    options: ClassVar[dict[str, Option]] = {
-        "batch_size": Option(int, 1, "minibatch b per node for the gradient differences"),
-        "p": Option(float, None, P_HELP),
-        **BYZ_OPTIONS,
-    }
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from algorithms.adiana import INITS, ADIANAState, accelerated_round, init_state
-from algorithms.base import Algorithm, Option, Theory, check_choice, check_unit
+from algorithms.base import Algorithm, Theory, check_unit, option
 from algorithms.comm.base import Comm
 from algorithms.stepsizes.accelerated import adiana_alpha, adiana_eta, adiana_p, canita_theta1
 from algorithms.vr_common import effective_omega, need, need_independent_unbiased
@@ -56,25 +56,19 @@ class CANITA(Algorithm):
     accelerated rate on a general convex problem, not the paper's constants.
     """
 
-    alpha: float | None = None
-    p: float | None = None
-    theta2: float | None = None
-    t0: float = 4.0
-    theta1: float | None = None
-    init_mode: str = "zero"
+    alpha: float | None = option(None, "shift step alpha (default 1/(omega+1))")
+    p: float | None = option(None, "probability p of the shared anchor coin (default ADIANA's)")
+    theta2: float | None = option(None, "weight of the anchor w in x (default 1/2)")
+    t0: float = option(
+        4.0, "offset of the coupling schedule theta1_t = min(1/2, 2/(p t + t0)) (default 4)"
+    )
+    theta1: float | None = option(
+        None, "a constant coupling theta1 instead of the schedule (0 removes the acceleration)"
+    )
+    init_mode: str = option("zero", "h_i^0: zero | full", choices=INITS, flag="init")
 
     needs: ClassVar[str] = "unbiased"
     reports: ClassVar[tuple[str, ...]] = ("refresh", "theta1", "H")
-    options: ClassVar[dict[str, Option]] = {
-        "alpha": Option(float, None, "shift step alpha (default 1/(omega+1))"),
-        "p": Option(float, None, "probability p of the shared anchor coin (default ADIANA's)"),
-        "theta2": Option(float, None, "weight of the anchor w in x (default 1/2)"),
-        "t0": Option(float, 4.0, "offset of the coupling schedule theta1_t = min(1/2, "
-                     "2/(p t + t0)) (default 4)"),
-        "theta1": Option(float, None, "a constant coupling theta1 instead of the schedule "
-                         "(0 removes the acceleration)"),
-        "init_mode": Option(str, "zero", "h_i^0: zero | full", INITS, "init"),
-    }  # fmt: skip
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -90,7 +84,6 @@ class CANITA(Algorithm):
         t1 = 0.5 if self.theta1 is None else self.theta1  # the schedule's largest value
         if t1 + t2 > 1:
             raise ValueError(f"theta1 + theta2 must be <= 1, got {t1} + {t2}")
-        check_choice("init", self.init_mode, INITS)
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:

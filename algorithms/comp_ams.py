@@ -8,9 +8,10 @@ from typing import ClassVar
 import torch
 
 from algorithms import stepsizes
-from algorithms.base import Algorithm, Option, State, Theory, check_count
+from algorithms.base import Algorithm, State, Theory, check_count, option
 from algorithms.comm.base import Comm
-from algorithms.vr_common import TAG_BATCH, need
+from algorithms.vr_common import need
+from streams import tags
 
 SOURCE = (
     "Li, Karimi & Li, On distributed adaptive optimization with gradient compression, "
@@ -53,20 +54,14 @@ class CompAMS(Algorithm):
     Reported: ``E = mean_i ||e_i||^2``.
     """
 
-    beta1: float = 0.9
-    beta2: float = 0.999
-    eps: float = 1e-8
-    batch_size: int | None = None
+    beta1: float = option(0.9, "AMSGrad first-moment decay beta1 in [0, 1)")
+    beta2: float = option(0.999, "AMSGrad second-moment decay beta2 in [0, 1)")
+    eps: float = option(1e-8, "AMSGrad eps > 0 (inside the square root)")
+    batch_size: int | None = option(None, "minibatch per node (default: full local gradients)")
 
     needs: ClassVar[str] = "contractive"
     stochastic: ClassVar[bool] = True
     reports: ClassVar[tuple[str, ...]] = ("E",)
-    options: ClassVar[dict[str, Option]] = {
-        "beta1": Option(float, 0.9, "AMSGrad first-moment decay beta1 in [0, 1)"),
-        "beta2": Option(float, 0.999, "AMSGrad second-moment decay beta2 in [0, 1)"),
-        "eps": Option(float, 1e-8, "AMSGrad eps > 0 (inside the square root)"),
-        "batch_size": Option(int, None, "minibatch per node (default: full local gradients)"),
-    }
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -101,7 +96,7 @@ class CompAMS(Algorithm):
         comm.broadcast_full(problem.d)
         batch = None
         if self.batch_size is not None:
-            batch = problem.sample(comm.rng(t, tag=TAG_BATCH), self.batch_size)
+            batch = problem.sample(comm.rng(t, tag=tags.BATCH), self.batch_size)
         p_i = problem.grad(state.x, batch).add_(state.e_i)  # becomes e_i^{t+1} in place
         packet = C.encode(p_i, comm.rng_for(C, t))
         c_i = C.decode(packet)

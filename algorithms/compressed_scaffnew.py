@@ -7,13 +7,12 @@ from typing import ClassVar
 
 import torch
 
-from algorithms.base import Algorithm, Option, State, Theory, check_count, check_unit
+from algorithms.base import Algorithm, State, Theory, check_count, check_unit, option
 from algorithms.comm.base import Comm
 from algorithms.stepsizes import local_training as lt
 from algorithms.vr_common import need
+from streams import tags
 
-TAG_MASK = 0x5CAF  # the shared column permutation of the mask
-TAG_COIN = 0x5CA0  # the shared communication coin
 SOURCE = (
     "Condat, Agarský & Richtárik, arXiv 2210.13277 (v4: 'CompressedScaffnew: The First "
     "Theoretical Double Acceleration of Communication from Local Training and Compression "
@@ -95,26 +94,16 @@ class CompressedScaffnew(Algorithm):
     ``identity`` (anything else is refused).
     """
 
-    s: int | None = None
-    chi: float | None = None
-    p: float | None = None
+    s: int | None = option(
+        None, "owners of each coordinate per round, 2..n (default min(2, n))", flag="owners"
+    )
+    chi: float | None = option(
+        None, "control-variate factor in (0, 1]; theory [1/2, n(s-1)/(s(n-1))], the default"
+    )
+    p: float | None = option(None, "probability of a communication round (default from theory)")
 
     needs: ClassVar[str] = "none"
     reports: ClassVar[tuple[str, ...]] = ("sync", "H")
-    options: ClassVar[dict[str, Option]] = {
-        "s": Option(
-            int,
-            None,
-            "owners of each coordinate per round, 2..n (default min(2, n))",
-            flag="owners",
-        ),
-        "chi": Option(
-            float,
-            None,
-            "control-variate factor in (0, 1]; theory [1/2, n(s-1)/(s(n-1))], the default",
-        ),
-        "p": Option(float, None, "probability of a communication round (default from theory)"),
-    }
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -171,7 +160,7 @@ class CompressedScaffnew(Algorithm):
     def mask(self, comm: Comm, t: int, n: int, d: int) -> torch.Tensor:
         """The held rows of round ``t``'s mask, bool ``(m, d)``: one permutation of the ``n``
         template columns from the shared stream, the same on every process."""
-        perm = comm.rng(t, shared=True, tag=TAG_MASK)[:1].permutation(n)[0]
+        perm = comm.rng(t, shared=True, tag=tags.SCAFFNEW_MASK)[:1].permutation(n)[0]
         return ownership(perm[comm.nodes.to(perm.device)], n, self._s(n), d)
 
     def uplink_bits(self, comm: Comm, q: torch.Tensor) -> torch.Tensor:
@@ -187,7 +176,7 @@ class CompressedScaffnew(Algorithm):
         t, n, d = state.t, problem.n, problem.d
         p = self._p(problem)
         xhat_i = state.x_i - self.gamma * (problem.grad(state.x_i) - state.h_i)
-        sync = comm.coin(t, p, tag=TAG_COIN)
+        sync = comm.coin(t, p, tag=tags.SCAFFNEW_COIN)
         if sync:
             q = self.mask(comm, t, n, d).to(xhat_i.device)
             nbits = self.uplink_bits(comm, q)

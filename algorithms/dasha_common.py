@@ -12,12 +12,11 @@ import torch
 from algorithms import stepsizes
 from algorithms.base import (
     Algorithm,
-    Option,
     State,
     Theory,
-    check_choice,
     check_unit,
     initial_estimator,
+    option,
 )
 from algorithms.comm.base import Comm
 from algorithms.vr_common import (
@@ -30,11 +29,6 @@ from algorithms.vr_common import (
 
 INITS = ("full", "zero")
 SOURCE = "Tyurin & Richtárik 2022, arXiv 2202.01268 (ICLR 2023)"
-
-COMMON_OPTIONS: dict[str, Option] = {
-    "momentum": Option(float, None, "DASHA momentum a in (0, 1] (default 1/(2 omega + 1))"),
-    "init_mode": Option(str, "full", "g_i^0: full (= h_i^0 = grad f_i) | zero", INITS, "init"),
-}
 
 
 @dataclass(frozen=True)
@@ -81,17 +75,17 @@ def page_form_theory(
 class DASHABase(Algorithm):
     """Base of DASHA and its variants: subclasses define ``_h_next`` (the new ``h_i``)."""
 
-    momentum: float | None = None
-    init_mode: str = "full"
+    momentum: float | None = option(None, "DASHA momentum a in (0, 1] (default 1/(2 omega + 1))")
+    init_mode: str = option(
+        "full", "g_i^0: full (= h_i^0 = grad f_i) | zero", choices=INITS, flag="init"
+    )
 
     needs: ClassVar[str] = "unbiased"
     reports: ClassVar[tuple[str, ...]] = ("G",)
-    options: ClassVar[dict[str, Option]] = COMMON_OPTIONS
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_unit("momentum", self.momentum)
-        check_choice("init", self.init_mode, INITS)
 
     def _a(self, d: int) -> float:
         return resolved(

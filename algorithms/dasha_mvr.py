@@ -6,16 +6,16 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from algorithms import stepsizes
-from algorithms.base import Option, Theory, check_count, check_unit
+from algorithms.base import Theory, check_count, check_unit, option
 from algorithms.comm.base import Comm
-from algorithms.dasha_common import COMMON_OPTIONS, SOURCE, DASHABase, DASHAState, dasha_inputs
+from algorithms.dasha_common import SOURCE, DASHABase, DASHAState, dasha_inputs
 from algorithms.vr_common import (
-    TAG_BATCH,
     effective_omega,
     need,
     resolved,
     sample_smoothness,
 )
+from streams import tags
 
 
 @dataclass(frozen=True)
@@ -40,17 +40,12 @@ class DASHAMVR(DASHABase):
     proportional to ``b sigma^2/(n B)``. Reported: ``G = mean_i ||g_i - h_i||^2``.
     """
 
-    batch_size: int = 1
-    b: float | None = None
+    batch_size: int = option(1, "minibatch B per node for the MVR estimator")
+    b: float | None = option(
+        None, "MVR momentum b in (0, 1] (default 1/(2 omega + 1))", flag="mvr-b"
+    )
 
     stochastic: ClassVar[bool] = True
-    options: ClassVar[dict[str, Option]] = {
-        **COMMON_OPTIONS,
-        "batch_size": Option(int, 1, "minibatch B per node for the MVR estimator"),
-        "b": Option(
-            float, None, "MVR momentum b in (0, 1] (default 1/(2 omega + 1))", None, "mvr-b"
-        ),
-    }
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -78,6 +73,6 @@ class DASHAMVR(DASHABase):
         b = self.b
         if b is None:
             b = stepsizes.dasha_momentum(effective_omega(self.compressor, problem.d))
-        batch = problem.sample(comm.rng(state.t, tag=TAG_BATCH), self.batch_size)
+        batch = problem.sample(comm.rng(state.t, tag=tags.BATCH), self.batch_size)
         h_i = problem.grad(x, batch) + (1.0 - b) * (state.h_i - problem.grad(state.x, batch))
         return h_i, {}

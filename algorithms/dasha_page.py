@@ -5,17 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from algorithms.base import Option, Theory, check_count, check_unit
+from algorithms.base import Theory, check_count, check_unit, option
 from algorithms.comm.base import Comm
-from algorithms.dasha_common import COMMON_OPTIONS, DASHABase, DASHAState, page_form_theory
+from algorithms.dasha_common import DASHABase, DASHAState, page_form_theory
 from algorithms.vr_common import (
     P_HELP,
-    TAG_BATCH,
-    TAG_COIN,
     resolved,
     samples_per_node,
     support_ratio,
 )
+from streams import tags
 
 
 def page_p(compressor, problem, batch: int) -> float:
@@ -46,16 +45,11 @@ class DASHAPAGE(DASHABase):
     it give ``--step``). Reported: ``G = mean_i ||g_i - h_i||^2`` and ``sync`` (the coin).
     """
 
-    batch_size: int = 1
-    p: float | None = None
+    batch_size: int = option(1, "minibatch B per node for the PAGE differences")
+    p: float | None = option(None, P_HELP)
 
     stochastic: ClassVar[bool] = True
     reports: ClassVar[tuple[str, ...]] = ("G", "sync")
-    options: ClassVar[dict[str, Option]] = {
-        **COMMON_OPTIONS,
-        "batch_size": Option(int, 1, "minibatch B per node for the PAGE differences"),
-        "p": Option(float, None, P_HELP),
-    }
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -77,8 +71,8 @@ class DASHAPAGE(DASHABase):
     def _h_next(self, state: DASHAState, x, problem, comm: Comm):
         t = state.t
         p = resolved(self.p, lambda: page_p(self.compressor, problem, self.batch_size))
-        if comm.coin(t, p, tag=TAG_COIN):
+        if comm.coin(t, p, tag=tags.COIN):
             return problem.grad(x), {"sync": 1.0}
-        batch = problem.sample(comm.rng(t, tag=TAG_BATCH), self.batch_size)
+        batch = problem.sample(comm.rng(t, tag=tags.BATCH), self.batch_size)
         h_i = problem.grad_diff(x, state.x, batch).add_(state.h_i)
         return h_i, {"sync": 0.0}

@@ -6,18 +6,16 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from algorithms import stepsizes
-from algorithms.base import Option, Theory, check_count, check_unit
+from algorithms.base import Theory, check_count, check_unit, option
 from algorithms.comm.base import Comm
-from algorithms.dasha_common import COMMON_OPTIONS, DASHABase, DASHAState, page_form_theory
+from algorithms.dasha_common import DASHABase, DASHAState, page_form_theory
 from algorithms.vr_common import (
     P_HELP,
-    TAG_BATCH,
-    TAG_COIN,
-    TAG_MEGA,
     resolved,
     samples_per_node,
     support_ratio,
 )
+from streams import tags
 
 
 def sync_p(compressor, problem, batch: int, mega_batch: int | None) -> float:
@@ -52,20 +50,14 @@ class DASHASYNCMVR(DASHABase):
     synchronisations the estimator is PAGE's difference estimator. Reported: ``G`` and ``sync``.
     """
 
-    batch_size: int = 1
-    mega_batch: int | None = None
-    p: float | None = None
+    batch_size: int = option(1, "minibatch B per node for the MVR differences")
+    mega_batch: int | None = option(
+        None, "mega-batch B' of a synchronisation (default: full local gradients)"
+    )
+    p: float | None = option(None, P_HELP)
 
     stochastic: ClassVar[bool] = True
     reports: ClassVar[tuple[str, ...]] = ("G", "sync")
-    options: ClassVar[dict[str, Option]] = {
-        **COMMON_OPTIONS,
-        "batch_size": Option(int, 1, "minibatch B per node for the MVR differences"),
-        "mega_batch": Option(
-            int, None, "mega-batch B' of a synchronisation (default: full local gradients)"
-        ),
-        "p": Option(float, None, P_HELP),
-    }
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -94,14 +86,14 @@ class DASHASYNCMVR(DASHABase):
         )
         x = state.x - self.gamma * state.g
         comm.broadcast_full(problem.d)
-        if comm.coin(t, p, tag=TAG_COIN):
+        if comm.coin(t, p, tag=tags.COIN):
             mega = None
             if self.mega_batch is not None:
-                mega = problem.sample(comm.rng(t, tag=TAG_MEGA), self.mega_batch)
+                mega = problem.sample(comm.rng(t, tag=tags.MEGA), self.mega_batch)
             h_i = problem.grad(x, mega)
             g = comm.reduce_full(h_i)
             new = DASHAState(x=x, t=t + 1, g=g, g_i=h_i, h_i=h_i)
             return new, {"G": 0.0, "sync": 1.0}
-        batch = problem.sample(comm.rng(t, tag=TAG_BATCH), self.batch_size)
+        batch = problem.sample(comm.rng(t, tag=tags.BATCH), self.batch_size)
         h_i = problem.grad_diff(x, state.x, batch).add_(state.h_i)
         return self._compress(state, x, h_i, problem, comm, {"sync": 0.0})

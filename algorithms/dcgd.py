@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from algorithms import stepsizes
-from algorithms.base import Algorithm, Option, State, Theory, check_choice, check_count
+from algorithms.base import Algorithm, State, Theory, check_choice, check_count, option
 from algorithms.comm.base import Comm
+from streams import tags
 
-TAG_BATCH = 0xBA7C
 REGIMES = ("auto", "nonconvex", "strongly-convex")
 
 
@@ -36,25 +36,19 @@ class DCGD(Algorithm):
     counterexample (Beznosikov et al. 2020, arXiv 2002.12410).
     """
 
-    batch_size: int | None = None
-    convexity: str = "auto"
-    horizon: int | None = None
+    batch_size: int | None = option(None, "minibatch per node (default: full local gradients)")
+    convexity: str = option(
+        "auto", "DCGD theory step: auto | nonconvex | strongly-convex", choices=REGIMES
+    )
+    horizon: int | None = option(
+        None, "horizon T of the nonconvex step 1/sqrt(L A' T) (default: --iters)", from_run="iters"
+    )
 
     needs: ClassVar[str] = "any"
     stochastic: ClassVar[bool] = True
-    options: ClassVar[dict[str, Option]] = {
-        "batch_size": Option(int, None, "minibatch per node (default: full local gradients)"),
-        "convexity": Option(
-            str, "auto", "DCGD theory step: auto | nonconvex | strongly-convex", REGIMES
-        ),
-        "horizon": Option(
-            int, None, "horizon T of the nonconvex step 1/sqrt(L A' T) (default: --iters)"
-        ),
-    }
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_choice("convexity", self.convexity, REGIMES)
         check_count("horizon", self.horizon)
 
     @classmethod
@@ -101,7 +95,7 @@ class DCGD(Algorithm):
         comm.broadcast_full(problem.d)
         batch = None
         if self.batch_size is not None:
-            batch = problem.sample(comm.rng(t, tag=TAG_BATCH), self.batch_size)
+            batch = problem.sample(comm.rng(t, tag=tags.BATCH), self.batch_size)
         g_i = problem.grad(state.x, batch)
         g = comm.reduce(C.encode(g_i, comm.rng_for(C, t)), C)
         return dataclasses.replace(state, x=state.x - self.gamma * g, t=t + 1), {}

@@ -9,7 +9,7 @@ from typing import ClassVar
 import torch
 
 from algorithms import smoothness_aware as sa
-from algorithms.base import Algorithm, Option, State, Theory, check_choice
+from algorithms.base import Algorithm, State, Theory, check_choice, option
 from algorithms.comm.base import Comm
 from algorithms.stepsizes import matrix_smoothness as steps
 
@@ -110,22 +110,14 @@ class DCGDPlus(Algorithm):
     Reported: nothing beyond the runner's columns.
     """
 
-    sampling: str = "diag"
+    sampling: str = option(
+        "diag",
+        "coordinate probabilities: diag (from L_i) | uniform",
+        choices=sa.SAMPLINGS,
+        flag="coord_sampling",
+    )
 
     needs: ClassVar[str] = "unbiased"
-    options: ClassVar[dict[str, Option]] = {
-        "sampling": Option(
-            str,
-            "diag",
-            "coordinate probabilities: diag (from L_i) | uniform",
-            sa.SAMPLINGS,
-            "coord_sampling",
-        ),
-    }
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_choice("sampling", self.sampling, sa.SAMPLINGS)
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:

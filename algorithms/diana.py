@@ -10,21 +10,20 @@ import torch
 from algorithms import stepsizes
 from algorithms.base import (
     Algorithm,
-    Option,
     State,
     Theory,
-    check_choice,
     check_count,
     check_unit,
     initial_estimator,
+    option,
 )
 from algorithms.comm.base import Comm
 from algorithms.vr_common import (
-    TAG_BATCH,
     effective_omega,
     need,
     need_independent_unbiased,
 )
+from streams import tags
 
 INITS = ("zero", "full")
 SOURCE = (
@@ -65,23 +64,17 @@ class DIANA(Algorithm):
     Reported: ``H = mean_i ||h_i - grad f_i(x*)||^2`` (where ``x*`` is known).
     """
 
-    alpha: float | None = None
-    init_mode: str = "zero"
-    batch_size: int | None = None
+    alpha: float | None = option(None, "DIANA shift step alpha (default 1/(omega+1))")
+    init_mode: str = option("zero", "h_i^0: zero | full", choices=INITS, flag="init")
+    batch_size: int | None = option(None, "minibatch per node (default: full local gradients)")
 
     needs: ClassVar[str] = "unbiased"
     stochastic: ClassVar[bool] = True
     reports: ClassVar[tuple[str, ...]] = ("H",)
-    options: ClassVar[dict[str, Option]] = {
-        "alpha": Option(float, None, "DIANA shift step alpha (default 1/(omega+1))"),
-        "init_mode": Option(str, "zero", "h_i^0: zero | full", INITS, "init"),
-        "batch_size": Option(int, None, "minibatch per node (default: full local gradients)"),
-    }
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_unit("alpha", self.alpha)
-        check_choice("init", self.init_mode, INITS)
         check_count("batch_size", self.batch_size)
 
     @classmethod
@@ -129,7 +122,7 @@ class DIANA(Algorithm):
         comm.broadcast_full(problem.d)
         batch = None
         if self.batch_size is not None:
-            batch = problem.sample(comm.rng(t, tag=TAG_BATCH), self.batch_size)
+            batch = problem.sample(comm.rng(t, tag=tags.BATCH), self.batch_size)
         packet = C.encode(problem.grad(state.x, batch) - state.h_i, comm.rng_for(C, t))
         delta_i = C.decode(packet)
         delta = comm.reduce(packet, C, decoded=delta_i)

@@ -8,7 +8,7 @@ from typing import ClassVar
 import torch
 
 from algorithms import smoothness_aware as sa
-from algorithms.base import Algorithm, Option, State, Theory, check_choice, check_unit
+from algorithms.base import Algorithm, State, Theory, check_unit, option
 from algorithms.comm.base import Comm
 from algorithms.dcgd_plus import INDEFINITE_NOTE, matrix_theory, node_probabilities
 from algorithms.stepsizes import matrix_smoothness as steps
@@ -61,25 +61,19 @@ class DIANAPlus(Algorithm):
     Reported: ``H = mean_i ||h_i - grad f_i(x*)||^2`` (where ``x*`` is known).
     """
 
-    sampling: str = "diag"
-    alpha: float | None = None
+    sampling: str = option(
+        "diag",
+        "coordinate probabilities: diag (from L_i) | uniform",
+        choices=sa.SAMPLINGS,
+        flag="coord_sampling",
+    )
+    alpha: float | None = option(None, "one shift step for all coordinates (default: p_ij)")
 
     needs: ClassVar[str] = "unbiased"
     reports: ClassVar[tuple[str, ...]] = ("H",)
-    options: ClassVar[dict[str, Option]] = {
-        "sampling": Option(
-            str,
-            "diag",
-            "coordinate probabilities: diag (from L_i) | uniform",
-            sa.SAMPLINGS,
-            "coord_sampling",
-        ),
-        "alpha": Option(float, None, "one shift step for all coordinates (default: p_ij)"),
-    }
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_choice("sampling", self.sampling, sa.SAMPLINGS)
         check_unit("alpha", self.alpha)
 
     @classmethod

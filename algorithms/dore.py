@@ -7,14 +7,12 @@ from typing import Any, ClassVar
 
 import torch
 
-from algorithms.base import Algorithm, Option, State, Theory, check_choice, check_unit
+from algorithms.base import Algorithm, State, Theory, check_unit, option
 from algorithms.bidirectional_common import (
-    DOWN_OPTION,
-    INIT_OPTION,
-    INITS,
-    TAG_DORE_DOWN,
     bind_down,
     down_omega,
+    down_option,
+    init_option,
     initial_memory,
     uplink_with_memory,
 )
@@ -22,6 +20,7 @@ from algorithms.comm.base import Comm
 from algorithms.stepsizes import bidirectional as steps
 from algorithms.vr_common import effective_omega, need, need_unbiased
 from compressors import Compressor
+from streams import tags
 
 SOURCE = (
     "Liu, Li, Tang & Yan 2019, arXiv 1910.07561 (AISTATS 2020), Alg. 1, Thm 1 (strongly "
@@ -68,21 +67,14 @@ class DORE(Algorithm):
     ``E = ||e||^2``.
     """
 
-    down_compressor: Compressor | None = None
-    alpha: float | None = None
-    beta: float | None = None
-    eta: float | None = None
-    init_mode: str = "zero"
+    down_compressor: Compressor | None = down_option()
+    alpha: float | None = option(None, "gradient memory step alpha (default 1/(2(omega_up+1)))")
+    beta: float | None = option(None, "model memory step beta (default 1/(2(omega_down+1)))")
+    eta: float | None = option(None, "model error compensation weight eta (default: theory)")
+    init_mode: str = init_option()
 
     needs: ClassVar[str] = "unbiased"
     reports: ClassVar[tuple[str, ...]] = ("H", "E")
-    options: ClassVar[dict[str, Option]] = {
-        "down_compressor": DOWN_OPTION,
-        "alpha": Option(float, None, "gradient memory step alpha (default 1/(2(omega_up+1)))"),
-        "beta": Option(float, None, "model memory step beta (default 1/(2(omega_down+1)))"),
-        "eta": Option(float, None, "model error compensation weight eta (default: theory)"),
-        "init_mode": INIT_OPTION,
-    }
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -96,7 +88,6 @@ class DORE(Algorithm):
         check_unit("beta", self.beta)
         if self.eta is not None and not self.eta >= 0:
             raise ValueError(f"eta must be >= 0, got {self.eta!r}")
-        check_choice("init", self.init_mode, INITS)
 
     @classmethod
     def configure(cls, problem, compressor, *, force: bool = False, **opts: Any):
@@ -142,7 +133,7 @@ class DORE(Algorithm):
         alpha, beta, eta = self._params(problem.d)
         up = uplink_with_memory(C, problem.grad(state.x), state.h_i, state.h, alpha, comm, t)
         q = eta * state.e - self.gamma * up.g  # x - x_hat + eta e, with x = x_hat - gamma g
-        packet = CD.encode(q[None, :], comm.server_rng(t, tag=TAG_DORE_DOWN))
+        packet = CD.encode(q[None, :], comm.server_rng(t, tag=tags.DORE_DOWN))
         q_hat = comm.broadcast(packet, CD)
         e = q - q_hat
         x = state.x + beta * q_hat

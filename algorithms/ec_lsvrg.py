@@ -8,14 +8,13 @@ from typing import ClassVar
 import torch
 
 from algorithms import stepsizes
-from algorithms.base import Algorithm, Option, Theory, check_count, check_unit
+from algorithms.base import Algorithm, Theory, check_count, check_unit, option
 from algorithms.comm.base import Comm
 from algorithms.ec_sgd import SOURCE, ECState, ec_send, ec_theory
 from algorithms.stepsizes.absolute import lsvrg_p
 from algorithms.vr_common import samples_per_node
-
-TAG_LSVRG_BATCH = 0xEC1B
-TAG_LSVRG_COIN = 0xEC1C
+from streams.tags import EC_LSVRG_BATCH as TAG_LSVRG_BATCH
+from streams.tags import EC_LSVRG_COIN as TAG_LSVRG_COIN
 
 
 @dataclass(frozen=True)
@@ -56,16 +55,12 @@ class ECLSVRG(Algorithm):
     refreshes are local computation. Reports ``E = mean_i ||e_i||^2``.
     """
 
-    batch_size: int = 1
-    p: float | None = None
+    batch_size: int = option(1, "minibatch per node (default 1)")
+    p: float | None = option(None, "probability of a node's refresh of w_i (default: min(1, b/m))")
 
     needs: ClassVar[str] = "absolute"
     stochastic: ClassVar[bool] = True
     reports: ClassVar[tuple[str, ...]] = ("E",)
-    options: ClassVar[dict[str, Option]] = {
-        "batch_size": Option(int, 1, "minibatch per node (default 1)"),
-        "p": Option(float, None, "probability of a node's refresh of w_i (default: min(1, b/m))"),
-    }
 
     def __post_init__(self) -> None:
         super().__post_init__()

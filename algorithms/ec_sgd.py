@@ -8,11 +8,11 @@ from typing import ClassVar
 import torch
 
 from algorithms import stepsizes
-from algorithms.base import Algorithm, Option, State, Theory, check_count
+from algorithms.base import Algorithm, State, Theory, check_count, option
 from algorithms.comm.base import Comm
 from algorithms.vr_common import need
+from streams import tags
 
-TAG_EC_BATCH = 0xEC5D
 SOURCE = (
     "Danilova & Gorbunov 2022, arXiv 2203.02383 (EC-SGD with absolute compression); Sahu et "
     "al. 2021, arXiv 2108.00951 (absolute compressors); step and neighbourhood derived in "
@@ -79,14 +79,11 @@ class ECSGD(Algorithm):
     ``E = mean_i ||e_i||^2``.
     """
 
-    batch_size: int | None = None
+    batch_size: int | None = option(None, "minibatch per node (default: full local gradients)")
 
     needs: ClassVar[str] = "absolute"
     stochastic: ClassVar[bool] = True
     reports: ClassVar[tuple[str, ...]] = ("E",)
-    options: ClassVar[dict[str, Option]] = {
-        "batch_size": Option(int, None, "minibatch per node (default: full local gradients)"),
-    }
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -111,7 +108,7 @@ class ECSGD(Algorithm):
         comm.broadcast_full(problem.d)
         batch = None
         if self.batch_size is not None:
-            batch = problem.sample(comm.rng(t, tag=TAG_EC_BATCH), self.batch_size)
+            batch = problem.sample(comm.rng(t, tag=tags.EC_SGD_BATCH), self.batch_size)
         g_i = problem.grad(state.x, batch).mul_(self.gamma)
         mean, e_i = ec_send(state.e_i, g_i, self.compressor, comm, t)
         E = comm.monitor_mean(torch.linalg.vector_norm(e_i, dim=1) ** 2)

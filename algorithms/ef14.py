@@ -7,11 +7,11 @@ from typing import ClassVar
 
 import torch
 
-from algorithms.base import Algorithm, Option, State, Theory, check_choice, check_count
+from algorithms.base import Algorithm, State, Theory, check_count, option
 from algorithms.comm.base import Comm
 from algorithms.ef21 import ef21_theory
+from streams import tags
 
-TAG_BATCH = 0xEF14
 REGIMES = ("auto", "nonconvex", "pl")
 
 
@@ -46,21 +46,16 @@ class EF14(Algorithm):
     Reports ``E = mean_i ||e_i||^2``.
     """
 
-    batch_size: int | None = None
-    regime: str = "nonconvex"
+    batch_size: int | None = option(None, "minibatch per node (default: full local gradients)")
+    regime: str = option("nonconvex", "theory step: auto | nonconvex | pl", choices=REGIMES)
 
     needs: ClassVar[str] = "contractive"
     stochastic: ClassVar[bool] = True
     reports: ClassVar[tuple[str, ...]] = ("E",)
-    options: ClassVar[dict[str, Option]] = {
-        "batch_size": Option(int, None, "minibatch per node (default: full local gradients)"),
-        "regime": Option(str, "nonconvex", "theory step: auto | nonconvex | pl", REGIMES),
-    }
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_count("batch_size", self.batch_size)
-        check_choice("regime", self.regime, REGIMES)
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:
@@ -81,7 +76,7 @@ class EF14(Algorithm):
         comm.broadcast_full(problem.d)
         batch = None
         if self.batch_size is not None:
-            batch = problem.sample(comm.rng(t, tag=TAG_BATCH), self.batch_size)
+            batch = problem.sample(comm.rng(t, tag=tags.EF14_BATCH), self.batch_size)
         # e_i + gamma grad f_i, built in the fresh gradient's buffer, which becomes e_i^{t+1}
         p_i = problem.grad(state.x, batch).mul_(self.gamma).add_(state.e_i)
         packet = C.encode(p_i, comm.rng_for(C, t))

@@ -10,11 +10,10 @@ import torch
 from algorithms import stepsizes
 from algorithms.base import (
     Algorithm,
-    Option,
     State,
     Theory,
-    check_choice,
     initial_estimator,
+    option,
 )
 from algorithms.comm.base import Comm
 
@@ -96,20 +95,13 @@ def ef21_update(
     return c_i.add_(g_i), g, G
 
 
-INIT_OPTION = Option(str, "full", "g_i^0: full | compressed | zero", INITS, "init")
-
-
 @dataclass(frozen=True)
 class EF21Base(Algorithm):
     """What EF21, EF21-SGD and EF21-PP share: the start of the estimators ``g_i^0``
     (``--init``, see :func:`initial_estimator`) and the step ``x^{t+1} = x^t - gamma g^t``,
     after which the server broadcasts ``x^{t+1}`` uncompressed."""
 
-    init_mode: str = "full"
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_choice("init", self.init_mode, INITS)
+    init_mode: str = option("full", "g_i^0: full | compressed | zero", choices=INITS, flag="init")
 
     def init(self, x0, problem, comm: Comm) -> EF21State:
         g_i, g = initial_estimator(self.init_mode, problem.grad(x0), self.compressor, comm)
@@ -140,16 +132,12 @@ class EF21(EF21Base):
     ``G = mean_i ||g_i - grad f_i(x)||^2``, reported as ``G`` each step.
     """
 
-    regime: str = "auto"
+    regime: str = option(
+        "auto", "theory step: auto | nonconvex | pl", choices=("auto", "nonconvex", "pl")
+    )
 
     needs: ClassVar[str] = "contractive"
     reports: ClassVar[tuple[str, ...]] = ("G",)
-    options: ClassVar[dict[str, Option]] = {
-        "init_mode": INIT_OPTION,
-        "regime": Option(
-            str, "auto", "theory step: auto | nonconvex | pl", ("auto", "nonconvex", "pl")
-        ),
-    }
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:

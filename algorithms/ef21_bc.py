@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
@@ -10,18 +10,16 @@ import torch
 from algorithms import stepsizes
 from algorithms.base import (
     Algorithm,
-    Option,
     State,
     Theory,
     bind_down_compressor,
-    check_choice,
+    option,
 )
 from algorithms.comm.base import Comm
-from algorithms.ef21 import INIT_OPTION, INITS, ef21_update
+from algorithms.ef21 import INITS, ef21_update
 from compressors import Compressor
 from compressors.identity import Identity
-
-TAG_DOWN = 0xD0C1
+from streams import tags
 
 
 @dataclass(frozen=True)
@@ -58,19 +56,16 @@ class EF21BC(Algorithm):
     ``G_down = ||g - g~||^2``.
     """
 
-    down_compressor: Compressor = field(default_factory=Identity)
-    init_mode: str = "full"
-    regime: str = "auto"
+    down_compressor: Compressor = option(
+        help="downlink compressor C_M (--down-compressor)", default_factory=Identity
+    )
+    init_mode: str = option("full", "g_i^0: full | compressed | zero", choices=INITS, flag="init")
+    regime: str = option(
+        "auto", "theory step: auto | nonconvex | pl", choices=("auto", "nonconvex", "pl")
+    )
 
     needs: ClassVar[str] = "contractive"
     reports: ClassVar[tuple[str, ...]] = ("G", "G_down")
-    options: ClassVar[dict[str, Option]] = {
-        "down_compressor": Option(Compressor, None, "downlink compressor C_M (--down-compressor)"),
-        "init_mode": INIT_OPTION,
-        "regime": Option(
-            str, "auto", "theory step: auto | nonconvex | pl", ("auto", "nonconvex", "pl")
-        ),
-    }
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -78,7 +73,6 @@ class EF21BC(Algorithm):
             object.__setattr__(self, "down_compressor", Identity())
         if not isinstance(self.down_compressor, Compressor):
             raise ValueError(f"down_compressor must be a Compressor, got {self.down_compressor!r}")
-        check_choice("init", self.init_mode, INITS)
 
     @classmethod
     def configure(cls, problem, compressor, *, force: bool = False, **opts: Any):
@@ -130,7 +124,7 @@ class EF21BC(Algorithm):
         C, CM, t = self.compressor, self.down_compressor, state.t
         x = state.x - self.gamma * state.g
         gt_i, gt, G = ef21_update(C, problem.grad(x), state.gt_i, state.gt, comm, t)
-        down = CM.encode((gt - state.g)[None, :], comm.server_rng(t, tag=TAG_DOWN))
+        down = CM.encode((gt - state.g)[None, :], comm.server_rng(t, tag=tags.EF21_BC_DOWN))
         g = state.g + comm.broadcast(down, CM)
         G_down = float(((g - gt) ** 2).sum())
         return EF21BCState(x=x, t=t + 1, gt_i=gt_i, gt=gt, g=g), {"G": G, "G_down": G_down}

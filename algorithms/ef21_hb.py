@@ -8,9 +8,9 @@ from typing import ClassVar
 import torch
 
 from algorithms import stepsizes
-from algorithms.base import Algorithm, Option, State, Theory, check_choice, initial_estimator
+from algorithms.base import Algorithm, State, Theory, initial_estimator, option
 from algorithms.comm.base import Comm
-from algorithms.ef21 import INIT_OPTION, INITS, ef21_theory, ef21_update
+from algorithms.ef21 import INITS, ef21_theory, ef21_update
 
 REGIMES = ("auto", "nonconvex", "pl")
 
@@ -44,24 +44,17 @@ class EF21HB(Algorithm):
     ``G = mean_i ||g_i - grad f_i(x)||^2``.
     """
 
-    eta: float = 0.9
-    init_mode: str = "full"
-    regime: str = "auto"
+    eta: float = option(0.9, "heavy-ball momentum eta in [0, 1)")
+    init_mode: str = option("full", "g_i^0: full | compressed | zero", choices=INITS, flag="init")
+    regime: str = option("auto", "theory step: auto | nonconvex | pl", choices=REGIMES)
 
     needs: ClassVar[str] = "contractive"
     reports: ClassVar[tuple[str, ...]] = ("G",)
-    options: ClassVar[dict[str, Option]] = {
-        "eta": Option(float, 0.9, "heavy-ball momentum eta in [0, 1)"),
-        "init_mode": INIT_OPTION,
-        "regime": Option(str, "auto", "theory step: auto | nonconvex | pl", REGIMES),
-    }
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if not 0 <= self.eta < 1:
             raise ValueError(f"eta must be in [0, 1), got {self.eta}")
-        check_choice("init", self.init_mode, INITS)
-        check_choice("regime", self.regime, REGIMES)
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:

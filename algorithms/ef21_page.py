@@ -10,17 +10,16 @@ from typing import ClassVar
 import torch
 
 from algorithms import stepsizes
-from algorithms.base import Option, Theory, check_choice, check_count, check_unit
+from algorithms.base import Theory, check_count, check_unit, option
 from algorithms.comm.base import Comm
-from algorithms.ef21 import INIT_OPTION, EF21Base, EF21State, borrowed_ef21_theory, ef21_update
+from algorithms.ef21 import EF21Base, EF21State, borrowed_ef21_theory, ef21_update
 from algorithms.vr_common import (
-    TAG_BATCH,
-    TAG_COIN,
     need,
     resolved,
     sample_smoothness,
     support_ratio,
 )
+from streams import tags
 
 REGIMES = ("auto", "nonconvex", "pl")
 COINS = ("node", "shared")
@@ -98,39 +97,29 @@ class EF21PAGE(EF21Base):
     gradient.
     """
 
-    batch_size: int = 1
-    p: float | None = None
-    coin: str = "node"
-    regime: str = "auto"
-    page_step: str = "authors"
+    batch_size: int = option(1, "minibatch tau per node for the PAGE differences")
+    p: float | None = option(
+        None, "probability p of a full gradient (default: mean tau/(tau + m_i))"
+    )
+    coin: str = option(
+        "node", "PAGE coin: node (the paper) | shared (authors' code)", choices=COINS
+    )
+    regime: str = option("auto", "theory step: auto | nonconvex | pl", choices=REGIMES)
+    page_step: str = option(
+        "authors",
+        "EF21-PAGE step: authors (EF21's, the authors' code) | derived (deviation, "
+        "accounts for the minibatch noise)",
+        choices=PAGE_STEPS,
+    )
 
     needs: ClassVar[str] = "contractive"
     stochastic: ClassVar[bool] = True
     reports: ClassVar[tuple[str, ...]] = ("G", "sync")
-    options: ClassVar[dict[str, Option]] = {
-        "batch_size": Option(int, 1, "minibatch tau per node for the PAGE differences"),
-        "p": Option(
-            float, None, "probability p of a full gradient (default: mean tau/(tau + m_i))"
-        ),
-        "coin": Option(str, "node", "PAGE coin: node (the paper) | shared (authors' code)", COINS),
-        "init_mode": INIT_OPTION,
-        "regime": Option(str, "auto", "theory step: auto | nonconvex | pl", REGIMES),
-        "page_step": Option(
-            str,
-            "authors",
-            "EF21-PAGE step: authors (EF21's, the authors' code) | derived (deviation, "
-            "accounts for the minibatch noise)",
-            PAGE_STEPS,
-        ),
-    }
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_count("batch_size", self.batch_size, optional=False)
         check_unit("p", self.p)
-        check_choice("coin", self.coin, COINS)
-        check_choice("regime", self.regime, REGIMES)
-        check_choice("page_step", self.page_step, PAGE_STEPS)
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:
@@ -162,8 +151,8 @@ class EF21PAGE(EF21Base):
         if p >= 1.0:
             return torch.ones(comm.m, dtype=torch.bool)
         if self.coin == "shared":
-            return torch.full((comm.m,), comm.coin(t, p, tag=TAG_COIN), dtype=torch.bool)
-        return comm.rng(t, tag=TAG_COIN).uniform(1)[:, 0].cpu() < p
+            return torch.full((comm.m,), comm.coin(t, p, tag=tags.COIN), dtype=torch.bool)
+        return comm.rng(t, tag=tags.COIN).uniform(1)[:, 0].cpu() < p
 
     def _step(self, state: EF21PAGEState, problem, comm: Comm):
         C, t = self.compressor, state.t
@@ -172,7 +161,7 @@ class EF21PAGE(EF21Base):
         sync = self._sync(comm, t, p)
         v_i = None
         if not bool(sync.all()):
-            batch = problem.sample(comm.rng(t, tag=TAG_BATCH), self.batch_size)
+            batch = problem.sample(comm.rng(t, tag=tags.BATCH), self.batch_size)
             v_i = problem.grad_diff(x, state.x, batch).add_(state.v_i)
         if bool(sync.any()):
             full = problem.grad(x)

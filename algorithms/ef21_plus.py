@@ -8,14 +8,12 @@ from typing import ClassVar
 
 import torch
 
-from algorithms.base import Option, Theory, check_choice
+from algorithms.base import Theory, option
 from algorithms.comm.base import Comm
-from algorithms.ef21 import INIT_OPTION, EF21Base, EF21State, ef21_theory
+from algorithms.ef21 import EF21Base, EF21State, ef21_theory
+from streams import tags
 
 REGIMES = ("auto", "nonconvex", "pl")
-# The fresh candidate's compressor draws from its own streams (the EF21 candidate uses EF21's,
-# so that a round in which every node keeps the EF21 update is an EF21 round exactly).
-TAG_FRESH = 0xF2E5
 
 
 @dataclass(frozen=True)
@@ -44,18 +42,10 @@ class EF21Plus(EF21Base):
     sent ``C(grad f_i)``.
     """
 
-    regime: str = "auto"
+    regime: str = option("auto", "theory step: auto | nonconvex | pl", choices=REGIMES)
 
     needs: ClassVar[str] = "contractive"
     reports: ClassVar[tuple[str, ...]] = ("G", "fresh")
-    options: ClassVar[dict[str, Option]] = {
-        "init_mode": INIT_OPTION,
-        "regime": Option(str, "auto", "theory step: auto | nonconvex | pl", REGIMES),
-    }
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_choice("regime", self.regime, REGIMES)
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:
@@ -75,7 +65,9 @@ class EF21Plus(EF21Base):
         first = C.encode(grad_i - state.g_i, comm.rng_for(C, t))
         c_i = C.decode(first)
         a_i = c_i + state.g_i
-        second = C.encode(grad_i, comm.rng_for(C, t, tag=TAG_FRESH))
+        # The fresh candidate draws from its own streams (the EF21 candidate uses EF21's, so
+        # that a round in which every node keeps the EF21 update is an EF21 round exactly).
+        second = C.encode(grad_i, comm.rng_for(C, t, tag=tags.EF21_PLUS_FRESH))
         b_i = C.decode(second)
         err_a = torch.linalg.vector_norm(a_i - grad_i, dim=1) ** 2
         err_b = torch.linalg.vector_norm(b_i - grad_i, dim=1) ** 2

@@ -9,11 +9,11 @@ from typing import ClassVar
 import torch
 
 from algorithms import stepsizes
-from algorithms.base import Option, Theory, check_choice, check_unit
+from algorithms.base import Theory, check_choice, check_unit, option
 from algorithms.comm.base import Comm
-from algorithms.ef21 import INIT_OPTION, EF21Base, EF21State, ef21_update
+from algorithms.ef21 import EF21Base, EF21State, ef21_update
+from streams import tags
 
-TAG_PARTICIPATE = 0x9A27
 SAMPLINGS = ("poisson", "nice")
 REGIMES = ("auto", "nonconvex", "pl")
 
@@ -26,9 +26,9 @@ def participation_mask(comm: Comm, t: int, p: float, sampling: str) -> torch.Ten
     all nodes (the authors' code samples without replacement).
     """
     if sampling == "poisson":
-        return comm.rng(t, tag=TAG_PARTICIPATE).uniform(1)[:, 0] < p
+        return comm.rng(t, tag=tags.EF21_PP_PARTICIPATE).uniform(1)[:, 0] < p
     s = nice_size(p, comm.n)
-    perm = comm.rng(t, shared=True, tag=TAG_PARTICIPATE).permutation(comm.n)
+    perm = comm.rng(t, shared=True, tag=tags.EF21_PP_PARTICIPATE).permutation(comm.n)
     rank = torch.argsort(perm, dim=1)  # rank[j, i] = position of node i in row j's order
     return rank.gather(1, comm.nodes.to(rank.device)[:, None])[:, 0] < s
 
@@ -65,25 +65,18 @@ class EF21PP(EF21Base):
     nodes.
     """
 
-    participation: float = 0.5
-    sampling: str = "poisson"
-    regime: str = "auto"
+    participation: float = option(0.5, "probability p in (0, 1] that a node takes part")
+    sampling: str = option("poisson", "participation: poisson | nice", choices=SAMPLINGS)
+    regime: str = option("auto", "theory step: auto | nonconvex | pl", choices=REGIMES)
 
     needs: ClassVar[str] = "contractive"
     reports: ClassVar[tuple[str, ...]] = ("G", "participants")
-    options: ClassVar[dict[str, Option]] = {
-        "participation": Option(float, 0.5, "probability p in (0, 1] that a node takes part"),
-        "sampling": Option(str, "poisson", "participation: poisson | nice", SAMPLINGS),
-        "init_mode": INIT_OPTION,
-        "regime": Option(str, "auto", "theory step: auto | nonconvex | pl", REGIMES),
-    }
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_unit("participation", self.participation, optional=False)
         if self.sampling not in SAMPLINGS:
             raise ValueError(f"sampling must be poisson or nice, got {self.sampling!r}")
-        check_choice("regime", self.regime, REGIMES)
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:

@@ -6,11 +6,11 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from algorithms import stepsizes
-from algorithms.base import Option, Theory, check_choice, check_count
+from algorithms.base import Theory, check_count, option
 from algorithms.comm.base import Comm
-from algorithms.ef21 import INIT_OPTION, EF21Base, EF21State, ef21_update
+from algorithms.ef21 import EF21Base, EF21State, ef21_update
+from streams import tags
 
-TAG_BATCH = 0xE5D1
 REGIMES = ("auto", "nonconvex", "pl")
 
 
@@ -49,21 +49,15 @@ class EF21SGD(EF21Base):
     about ``sqrt(2(1 + nu))``; ``--step-mult`` or ``--step`` restore EF21's.
     """
 
-    batch_size: int | None = None
-    regime: str = "auto"
+    batch_size: int | None = option(None, "minibatch per node (default: full local gradients)")
+    regime: str = option("auto", "theory step: auto | nonconvex | pl", choices=REGIMES)
 
     needs: ClassVar[str] = "contractive"
     stochastic: ClassVar[bool] = True
-    options: ClassVar[dict[str, Option]] = {
-        "batch_size": Option(int, None, "minibatch per node (default: full local gradients)"),
-        "init_mode": INIT_OPTION,
-        "regime": Option(str, "auto", "theory step: auto | nonconvex | pl", REGIMES),
-    }
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_count("batch_size", self.batch_size)
-        check_choice("regime", self.regime, REGIMES)
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:
@@ -95,6 +89,6 @@ class EF21SGD(EF21Base):
         x = self._descend(state, problem, comm)
         batch = None
         if self.batch_size is not None:
-            batch = problem.sample(comm.rng(t, tag=TAG_BATCH), self.batch_size)
+            batch = problem.sample(comm.rng(t, tag=tags.EF21_SGD_BATCH), self.batch_size)
         g_i, g, _ = ef21_update(C, problem.grad(x, batch), state.g_i, state.g, comm, t)
         return EF21State(x=x, t=t + 1, g_i=g_i, g=g), {}

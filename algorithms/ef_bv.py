@@ -8,7 +8,14 @@ from typing import ClassVar
 import torch
 
 from algorithms import stepsizes
-from algorithms.base import Algorithm, Option, State, Theory, check_choice, initial_estimator
+from algorithms.base import (
+    Algorithm,
+    State,
+    Theory,
+    check_choice,
+    initial_estimator,
+    option,
+)
 from algorithms.comm.base import Comm
 from compressors import Compressor
 
@@ -72,27 +79,19 @@ class EFBV(Algorithm):
     ``lam`` and ``nu`` default to 1.
     """
 
-    lam: float | None = None
-    nu: float | None = None
-    init_mode: str = "full"
-    regime: str = "auto"
-    step_rule: str = "authors"
+    lam: float | None = option(None, "EF-BV lambda in (0, 1] (default: lambda*)", flag="ef_lambda")
+    nu: float | None = option(None, "EF-BV nu in (0, 1] (default: nu*)", flag="ef_nu")
+    init_mode: str = option("full", "h_i^0: full | compressed | zero", choices=INITS, flag="init")
+    regime: str = option("auto", "theory step: auto | nonconvex | pl", choices=REGIMES)
+    step_rule: str = option(
+        "authors",
+        "EF-BV theory step: authors (their code) | derived (this library's, a deviation)",
+        choices=STEP_RULES,
+        flag="ef_step",
+    )
 
     needs: ClassVar[str] = "any"
     reports: ClassVar[tuple[str, ...]] = ("G",)
-    options: ClassVar[dict[str, Option]] = {
-        "lam": Option(float, None, "EF-BV lambda in (0, 1] (default: lambda*)", flag="ef_lambda"),
-        "nu": Option(float, None, "EF-BV nu in (0, 1] (default: nu*)", flag="ef_nu"),
-        "init_mode": Option(str, "full", "h_i^0: full | compressed | zero", INITS, "init"),
-        "regime": Option(str, "auto", "theory step: auto | nonconvex | pl", REGIMES),
-        "step_rule": Option(
-            str,
-            "authors",
-            "EF-BV theory step: authors (their code) | derived (this library's, a deviation)",
-            STEP_RULES,
-            flag="ef_step",
-        ),
-    }
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -102,9 +101,6 @@ class EFBV(Algorithm):
                 object.__setattr__(self, name, 1.0)
             elif not 0 < v <= 1:
                 raise ValueError(f"{name} must be in (0, 1], got {v}")
-        check_choice("init", self.init_mode, INITS)
-        check_choice("regime", self.regime, REGIMES)
-        check_choice("ef_step", self.step_rule, STEP_RULES)
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:

@@ -8,12 +8,13 @@ from typing import Any, ClassVar
 
 import torch
 
-from algorithms.base import Algorithm, Option, State, Theory, check_choice, check_compressor
+from algorithms.base import Algorithm, State, Theory, check_compressor
+from algorithms.base import option as _option  # (FedNL has a field named option)
 from algorithms.comm.base import Comm
 from algorithms.stepsizes.newton import fednl_alpha
 from compressors import Compressor
+from streams import tags
 
-TAG_HESS = 0xFED1  # the nodes' draws of the Hessian compressor
 OPTIONS = (1, 2)
 INITS = ("hessian", "zero")
 VECS = ("svec", "triu")
@@ -127,35 +128,25 @@ class FedNL(Algorithm):
     ``x*`` is known) and ``l`` (Option 2).
     """
 
-    alpha: float | None = None
-    option: int = 1
-    mu: float | None = None
-    init_mode: str = "hessian"
-    hess_vec: str = "svec"
-    l_norm: str = "fro"
+    alpha: float | None = _option(
+        None, "Hessian learning rate (default 1-sqrt(1-delta) | 1/(omega+1))"
+    )
+    option: int = _option(1, "1: projection [H]_mu; 2: H + l I", choices=OPTIONS)
+    mu: float | None = _option(None, "Option 1's projection level (default: the problem's mu)")
+    init_mode: str = _option(
+        "hessian", "H_i^0: hessian (at x^0) | zero", choices=INITS, flag="init"
+    )
+    hess_vec: str = _option("svec", "Hessian rows: svec (isometric) | triu (code)", choices=VECS)
+    l_norm: str = _option("fro", "Option 2's l_i: fro (paper) | spectral (code)", choices=NORMS)
 
     needs: ClassVar[str] = "contractive"
     reports: ClassVar[tuple[str, ...]] = ("H_err", "l")
-    options: ClassVar[dict[str, Option]] = {
-        "alpha": Option(
-            float, None, "Hessian learning rate (default 1-sqrt(1-delta) | 1/(omega+1))"
-        ),
-        "option": Option(int, 1, "1: projection [H]_mu; 2: H + l I", OPTIONS),
-        "mu": Option(float, None, "Option 1's projection level (default: the problem's mu)"),
-        "init_mode": Option(str, "hessian", "H_i^0: hessian (at x^0) | zero", INITS, "init"),
-        "hess_vec": Option(str, "svec", "Hessian rows: svec (isometric) | triu (code)", VECS),
-        "l_norm": Option(str, "fro", "Option 2's l_i: fro (paper) | spectral (code)", NORMS),
-    }
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.alpha is not None and not 0 <= self.alpha <= 1:
             raise ValueError(f"alpha must be in [0, 1] (0: no Hessian learning), got {self.alpha}")
-        check_choice("option", self.option, OPTIONS)
-        check_choice("init", self.init_mode, INITS)
-        check_choice("hess_vec", self.hess_vec, VECS)
         check_layout(self.compressor, self.hess_vec)
-        check_choice("l_norm", self.l_norm, NORMS)
         if self.mu is not None and not self.mu > 0:
             raise ValueError(f"mu must be > 0, got {self.mu}")
 
@@ -233,7 +224,7 @@ class FedNL(Algorithm):
         comm.broadcast_full(d)
         g = comm.reduce_full(problem.grad(state.x))
         hx_i = svec(problem.hess(state.x), vec)
-        packet = C.encode(hx_i - state.h_i, comm.rng_for(C, t, tag=TAG_HESS))
+        packet = C.encode(hx_i - state.h_i, comm.rng_for(C, t, tag=tags.FEDNL_HESS))
         s_i = C.decode(packet)
         s = comm.reduce(packet, C, decoded=s_i)
         extras: dict[str, float] = {}

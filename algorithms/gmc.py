@@ -7,12 +7,12 @@ from typing import ClassVar
 
 import torch
 
-from algorithms.base import Algorithm, Option, State, Theory, check_count
+from algorithms.base import Algorithm, State, Theory, check_count, option
 from algorithms.comm.base import Comm
 from algorithms.ef21 import ef21_theory
 from algorithms.stepsizes.momentum_ec import gmc as gmc_step
+from streams import tags
 
-TAG_GMC_BATCH = 0x6C3B
 SOURCE = (
     "Shi, Zhao, Xie, Gao & Li, Global Momentum Compression for Sparse Communication in "
     "Distributed Learning, arXiv 1905.12948 (abstract only; algorithm box and theorem not "
@@ -63,16 +63,12 @@ class GMC(Algorithm):
     contractive (``delta``: Top-K, scaled sign, ...). Reports ``E = mean_i ||e_i||^2``.
     """
 
-    beta: float = 0.9
-    batch_size: int | None = None
+    beta: float = option(0.9, "GMC's global momentum beta in [0, 1)")
+    batch_size: int | None = option(None, "minibatch per node (default: full local gradients)")
 
     needs: ClassVar[str] = "contractive"
     stochastic: ClassVar[bool] = True
     reports: ClassVar[tuple[str, ...]] = ("E",)
-    options: ClassVar[dict[str, Option]] = {
-        "beta": Option(float, 0.9, "GMC's global momentum beta in [0, 1)"),
-        "batch_size": Option(int, None, "minibatch per node (default: full local gradients)"),
-    }
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -102,7 +98,7 @@ class GMC(Algorithm):
         comm.broadcast_full(problem.d)
         batch = None
         if self.batch_size is not None:
-            batch = problem.sample(comm.rng(t, tag=TAG_GMC_BATCH), self.batch_size)
+            batch = problem.sample(comm.rng(t, tag=tags.GMC_BATCH), self.batch_size)
         # e_i + gamma g_i + beta (x^{t-1} - x^t), in the fresh gradient's buffer (-> e_i^{t+1})
         p_i = problem.grad(state.x, batch).mul_(self.gamma).add_(state.e_i)
         p_i.add_(state.x_prev - state.x, alpha=self.beta)

@@ -9,18 +9,17 @@ import torch
 
 from algorithms.base import (
     Algorithm,
-    Option,
     State,
     Theory,
     bind_down_compressor,
     check_count,
+    option,
 )
 from algorithms.comm.base import Comm
 from algorithms.stepsizes.momentum_ec import liec_sgd as liec_step
 from compressors import Compressor, parse_spec
+from streams import tags
 
-TAG_LIEC_BATCH = 0x11EC
-TAG_LIEC_DOWN = 0x11ED
 SOURCE = (
     "Cheng, Shen, Xu, Qian, Wu, Zhou, Zhang, Tao & Chen, Communication-Efficient Distributed "
     "Learning with Local Immediate Error Compensation, arXiv 2402.11857 (abstract; algorithm "
@@ -84,20 +83,15 @@ class LIECSGD(Algorithm):
     ``drift = mean_i ||x_i - x||^2``.
     """
 
-    down_compressor: Compressor | None = None
-    period: int = 32
-    batch_size: int | None = None
+    down_compressor: Compressor | None = option(
+        None, "downlink compressor C_M (default: the uplink's, as the authors)"
+    )
+    period: int = option(32, "rounds H between model averages (LIEC-SGD(H))")
+    batch_size: int | None = option(None, "minibatch per node (default: full local gradients)")
 
     needs: ClassVar[str] = "contractive"
     stochastic: ClassVar[bool] = True
     reports: ClassVar[tuple[str, ...]] = ("E", "drift")
-    options: ClassVar[dict[str, Option]] = {
-        "down_compressor": Option(
-            Compressor, None, "downlink compressor C_M (default: the uplink's, as the authors)"
-        ),
-        "period": Option(int, 32, "rounds H between model averages (LIEC-SGD(H))"),
-        "batch_size": Option(int, None, "minibatch per node (default: full local gradients)"),
-    }
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -140,7 +134,7 @@ class LIECSGD(Algorithm):
         C, CM, t, d = self.compressor, self.down_compressor, state.t, problem.d
         batch = None
         if self.batch_size is not None:
-            batch = problem.sample(comm.rng(t, tag=TAG_LIEC_BATCH), self.batch_size)
+            batch = problem.sample(comm.rng(t, tag=tags.LIEC_BATCH), self.batch_size)
         g_i = problem.grad(state.x_i, batch)
         if (t + 1) % self.period == 0:
             x_bar = comm.reduce_full(state.x_i)
@@ -154,7 +148,7 @@ class LIECSGD(Algorithm):
             packet = C.encode(g_i, comm.rng_for(C, t))
             c_i = C.decode(packet)
             v = comm.reduce(packet, C, decoded=c_i) + state.e
-            down = CM.encode(v[None, :], comm.server_rng(t, tag=TAG_LIEC_DOWN))
+            down = CM.encode(v[None, :], comm.server_rng(t, tag=tags.LIEC_DOWN))
             b = comm.broadcast(down, CM)
             e = v - b
             x = state.x - self.gamma * b

@@ -8,17 +8,17 @@ from typing import ClassVar
 import torch
 
 from algorithms import stepsizes
-from algorithms.base import Algorithm, Option, State, Theory, check_choice, check_unit
+from algorithms.base import Algorithm, State, Theory, check_unit, option
 from algorithms.comm.base import Comm
 from algorithms.vr_common import (
     P_HELP,
-    TAG_COIN,
     ab_kind,
     need,
     need_unbiased,
     resolved,
     support_ratio,
 )
+from streams import tags
 
 REGIMES = ("auto", "nonconvex", "pl")
 SOURCE = "Gorbunov, Burlachenko, Li & Richtárik 2021, arXiv 2102.07845"
@@ -56,20 +56,15 @@ class MARINA(Algorithm):
     Reported: ``sync`` (1 when the coin synchronised this round).
     """
 
-    p: float | None = None
-    regime: str = "auto"
+    p: float | None = option(None, P_HELP)
+    regime: str = option("auto", "theory step: auto | nonconvex | pl", choices=REGIMES)
 
     needs: ClassVar[str] = "unbiased"
     reports: ClassVar[tuple[str, ...]] = ("sync",)
-    options: ClassVar[dict[str, Option]] = {
-        "p": Option(float, None, P_HELP),
-        "regime": Option(str, "auto", "theory step: auto | nonconvex | pl", REGIMES),
-    }
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_unit("p", self.p)
-        check_choice("regime", self.regime, REGIMES)
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:
@@ -113,7 +108,7 @@ class MARINA(Algorithm):
         x = state.x - self.gamma * state.g
         comm.broadcast_full(problem.d)
         grad_i = problem.grad(x)
-        sync = comm.coin(t, self._p(problem.d), tag=TAG_COIN)
+        sync = comm.coin(t, self._p(problem.d), tag=tags.COIN)
         if sync:
             g = comm.reduce_full(grad_i)
         else:

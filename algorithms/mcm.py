@@ -9,17 +9,13 @@ from typing import Any, ClassVar
 
 import torch
 
-from algorithms.base import Algorithm, Option, State, Theory, check_choice, check_unit
+from algorithms.base import Algorithm, State, Theory, check_unit, option
 from algorithms.bidirectional_common import (
-    DOWN_OPTION,
-    INIT_OPTION,
-    INITS,
-    PARTICIPATION_OPTION,
-    TAG_MCM_DOWN,
-    TAG_MCM_DOWN_I,
     artemis_theory,
     bind_down,
     down_omega,
+    down_option,
+    init_option,
     initial_memory,
     participation_mask,
     uplink_with_memory,
@@ -28,6 +24,7 @@ from algorithms.comm.base import Comm
 from algorithms.stepsizes import bidirectional as steps
 from algorithms.vr_common import effective_omega
 from compressors import Compressor
+from streams import tags
 
 SOURCE = (
     "Philippenko & Dieuleveut 2021, arXiv 2102.12528 (NeurIPS 2021), MCM and Rand-MCM; "
@@ -78,29 +75,22 @@ class MCM(Algorithm):
     perturbation) and ``participants``.
     """
 
-    down_compressor: Compressor | None = None
-    alpha: float | None = None
-    alpha_down: float | None = None
-    randomized: bool = False
-    participation: float = 1.0
-    estimator: str = "memory"
-    init_mode: str = "zero"
+    down_compressor: Compressor | None = down_option()
+    alpha: float | None = option(None, "uplink memory step alpha (default 1/(2(omega_up+1)))")
+    alpha_down: float | None = option(
+        None, "downlink memory step alpha_down (default 1/(2(omega_dwn+1)))"
+    )
+    randomized: bool = option(False, "Rand-MCM: an independent downlink draw per node")
+    participation: float = option(
+        1.0, "probability p in (0, 1] that a node takes part in a round (own coin)"
+    )
+    estimator: str = option(
+        "memory", "partial participation: memory | sampled aggregation", choices=ESTIMATORS
+    )
+    init_mode: str = init_option()
 
     needs: ClassVar[str] = "unbiased"
     reports: ClassVar[tuple[str, ...]] = ("H", "P", "participants")
-    options: ClassVar[dict[str, Option]] = {
-        "down_compressor": DOWN_OPTION,
-        "alpha": Option(float, None, "uplink memory step alpha (default 1/(2(omega_up+1)))"),
-        "alpha_down": Option(
-            float, None, "downlink memory step alpha_down (default 1/(2(omega_dwn+1)))"
-        ),
-        "randomized": Option(bool, False, "Rand-MCM: an independent downlink draw per node"),
-        "participation": PARTICIPATION_OPTION,
-        "estimator": Option(
-            str, "memory", "partial participation: memory | sampled aggregation", ESTIMATORS
-        ),
-        "init_mode": INIT_OPTION,
-    }
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -115,8 +105,6 @@ class MCM(Algorithm):
         if not isinstance(self.randomized, bool):
             raise ValueError(f"randomized must be true or false, got {self.randomized!r}")
         check_unit("participation", self.participation, optional=False)
-        check_choice("estimator", self.estimator, ESTIMATORS)
-        check_choice("init", self.init_mode, INITS)
 
     @classmethod
     def configure(cls, problem, compressor, *, force: bool = False, **opts: Any):
@@ -150,7 +138,7 @@ class MCM(Algorithm):
         a_up, a_dn = self._rates(problem.d)
         mask = participation_mask(comm, t, p)
         if self.randomized:
-            packet = CD.encode(state.x[None, :] - state.H_i, comm.rng(t, tag=TAG_MCM_DOWN_I))
+            packet = CD.encode(state.x[None, :] - state.H_i, comm.rng(t, tag=tags.MCM_DOWN_I))
             omega_i = CD.decode(packet)
             nbits = packet.nbits if mask is None else torch.where(mask.cpu(), packet.nbits, 0)
             comm.charge_down(nbits.to(torch.int64))
@@ -158,7 +146,7 @@ class MCM(Algorithm):
                 omega_i = omega_i * mask.to(omega_i.device)[:, None].to(omega_i.dtype)
         else:
             packet = CD.encode(
-                (state.x - state.H_i[0])[None, :], comm.server_rng(t, tag=TAG_MCM_DOWN)
+                (state.x - state.H_i[0])[None, :], comm.server_rng(t, tag=tags.MCM_DOWN)
             )
             omega_i = comm.broadcast(packet, CD).expand_as(state.H_i)
         w_hat_i = state.H_i + omega_i

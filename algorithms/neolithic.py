@@ -4,33 +4,30 @@ Yin & Yuan 2022, arXiv 2206.03665)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
 
 from algorithms.base import (
     Algorithm,
-    Option,
     State,
     Theory,
     bind_down_compressor,
-    check_choice,
     check_count,
+    option,
 )
 from algorithms.comm.base import Comm
 from algorithms.stepsizes.neolithic import msc_delta, neolithic, neolithic_rounds
 from compressors import Compressor
 from compressors.identity import Identity
 from streams import Streams
+from streams.tags import NEOLITHIC_BATCH as TAG_BATCH
+from streams.tags import NEOLITHIC_DOWN as TAG_DOWN
+from streams.tags import NEOLITHIC_MSC as TAG_MSC
 
 __all__ = ["NEOLITHIC", "NEOLITHICState", "msc"]
 
-# Stream tags: stage r of the nodes' module draws from TAG_MSC + r, the server's from
-# TAG_DOWN + r (64-bit tags: the ranges never meet), the R accumulated minibatches from TAG_BATCH.
-TAG_BATCH = 0x7D0B
-TAG_MSC = 0x7E000000
-TAG_DOWN = 0x7F000000
 MEMORIES = ("ef", "none")
 SOURCE = (
     "Huang, Chen, Yin & Yuan 2022, arXiv 2206.03665 (NeurIPS 2022); He, Huang, Chen, Yin & "
@@ -103,26 +100,28 @@ class NEOLITHIC(Algorithm):
     payloads. Reports ``E = mean_i ||e_i||^2``.
     """
 
-    rounds: int | None = None
-    msc_tol: float = 0.01
-    memory: str = "ef"
-    batch_size: int | None = None
-    down_compressor: Compressor = field(default_factory=Identity)
+    rounds: int | None = option(
+        None,
+        "R: compression stages and accumulated minibatches per "
+        "round (default: smallest R with (1 - delta)^R <= msc-tol)",
+    )
+    msc_tol: float = option(
+        0.01,
+        "target residual (1 - delta)^R of the multi-step "
+        "compression that sets the default R, in (0, 1)",
+    )
+    memory: str = option("ef", "node error memory: ef | none", choices=MEMORIES)
+    batch_size: int | None = option(
+        None, "minibatch per stochastic gradient (default: full local gradients)"
+    )
+    down_compressor: Compressor = option(
+        help="downlink compressor (--down-compressor), applied R times to the residual",
+        default_factory=Identity,
+    )
 
     needs: ClassVar[str] = "contractive"
     stochastic: ClassVar[bool] = True
     reports: ClassVar[tuple[str, ...]] = ("E",)
-    options: ClassVar[dict[str, Option]] = {
-        "rounds": Option(int, None, "R: compression stages and accumulated minibatches per "
-                         "round (default: smallest R with (1 - delta)^R <= msc-tol)"),
-        "msc_tol": Option(float, 0.01, "target residual (1 - delta)^R of the multi-step "
-                          "compression that sets the default R, in (0, 1)"),
-        "memory": Option(str, "ef", "node error memory: ef | none", MEMORIES),
-        "batch_size": Option(int, None, "minibatch per stochastic gradient (default: full "
-                             "local gradients)"),
-        "down_compressor": Option(Compressor, None, "downlink compressor (--down-compressor), "
-                                  "applied R times to the residual"),
-    }  # fmt: skip
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -132,7 +131,6 @@ class NEOLITHIC(Algorithm):
             raise ValueError(f"down_compressor must be a Compressor, got {self.down_compressor!r}")
         check_count("rounds", self.rounds)
         check_count("batch_size", self.batch_size)
-        check_choice("memory", self.memory, MEMORIES)
         tol = self.msc_tol
         if isinstance(tol, bool) or not isinstance(tol, int | float) or not 0 < tol < 1:
             raise ValueError(f"msc_tol must be in (0, 1), got {tol!r}")

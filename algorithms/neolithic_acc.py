@@ -8,7 +8,7 @@ from typing import ClassVar
 
 import torch
 
-from algorithms.base import Option, Theory, check_choice
+from algorithms.base import Theory, option
 from algorithms.comm.base import Comm
 from algorithms.neolithic import NEOLITHIC, SOURCE, NEOLITHICState
 from algorithms.stepsizes.neolithic import nesterov_momentum
@@ -57,24 +57,22 @@ class NEOLITHICAcc(NEOLITHIC):
     payloads down); ``x^{k-1}`` is kept by every party, never sent. Reports ``E`` and ``beta``.
     """
 
-    nesterov: str = "auto"
-    mu: float | None = None
-    beta: float | None = None
+    nesterov: str = option(
+        "auto",
+        "Nesterov schedule: auto | strong | convex (auto: strong when mu > 0)",
+        choices=MOMENTA,
+    )
+    mu: float | None = option(
+        None, "strong convexity of the strong schedule (default: the problem's mu)"
+    )
+    beta: float | None = option(
+        None, "a constant momentum in [0, 1) instead of the schedule (0: no acceleration)"
+    )
 
     reports: ClassVar[tuple[str, ...]] = ("E", "beta")
-    options: ClassVar[dict[str, Option]] = {
-        **NEOLITHIC.options,
-        "nesterov": Option(str, "auto", "Nesterov schedule: auto | strong | convex "
-                           "(auto: strong when mu > 0)", MOMENTA),
-        "mu": Option(float, None, "strong convexity of the strong schedule (default: the "
-                     "problem's mu)"),
-        "beta": Option(float, None, "a constant momentum in [0, 1) instead of the schedule "
-                       "(0: no acceleration)"),
-    }  # fmt: skip
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_choice("nesterov", self.nesterov, MOMENTA)
         if self.mu is not None and not (isinstance(self.mu, int | float) and self.mu > 0):
             raise ValueError(f"mu must be > 0, got {self.mu!r}")
         b = self.beta

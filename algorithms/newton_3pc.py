@@ -10,20 +10,19 @@ import torch
 from algorithms import three_pc_mechanisms as mech
 from algorithms.base import (
     Algorithm,
-    Option,
     State,
     Theory,
     check_choice,
     check_compressor,
     check_unit,
 )
+from algorithms.base import option as _option  # (a field is named option)
 from algorithms.comm.base import Comm
 from algorithms.fednl import (
     INITS,
     NORMS,
     OPTIONS,
     VECS,
-    FedNL,
     check_layout,
     newton_direction,
     smat,
@@ -32,9 +31,8 @@ from algorithms.fednl import (
 )
 from algorithms.stepsizes.ef import three_pc_AB
 from algorithms.stepsizes.newton import newton_local_rate
+from streams import tags
 
-TAG_CBAG = 0x3CBA  # each node's Bernoulli aggregation coin
-TAG_HESS3 = 0x3CB1  # the nodes' draws of the Hessian compressor
 MECHANISMS = ("cbag", "ef21", "clag", "lag")
 SOURCE = (
     "Islamov, Qian, Hanzely, Safaryan & Richtárik 2022, arXiv 2206.03588, Alg. 1 (Newton-3PC), "
@@ -47,8 +45,8 @@ def cbag(h, y, x, ctx: mech.Ctx) -> mech.Sent:
     """Compressed Bernoulli aggregation: with probability ``p`` (each node its own coin)
     ``h + C(x - h)``, sending ``C(x - h)``; otherwise ``h``, a skip flag only (the node need not
     even compute its Hessian)."""
-    fire = ctx.comm.rng(ctx.t, tag=TAG_CBAG).uniform(1)[:, 0].to(x.device) < ctx.p
-    packet = ctx.C.encode(x - h, ctx.comm.rng_for(ctx.C, ctx.t, TAG_HESS3))
+    fire = ctx.comm.rng(ctx.t, tag=tags.NEWTON_3PC_CBAG).uniform(1)[:, 0].to(x.device) < ctx.p
+    packet = ctx.C.encode(x - h, ctx.comm.rng_for(ctx.C, ctx.t, tags.NEWTON_3PC_HESS))
     c = torch.where(fire[:, None], ctx.C.decode(packet), 0.0)
     nbits = torch.where(fire.cpu(), packet.nbits, mech.SKIP_BITS).to(torch.int64)
     return mech.Sent(h + c, c, nbits)
@@ -99,39 +97,27 @@ class Newton3PC(Algorithm):
     message) and ``l`` (Option 2).
     """
 
-    mechanism: str = "cbag"
-    p: float = 0.75
-    zeta: float = 1.0
-    option: int = 1
-    mu: float | None = None
-    init_mode: str = "hessian"
-    hess_vec: str = "svec"
-    l_norm: str = "fro"
+    mechanism: str = _option("cbag", "3PC for the Hessians", choices=MECHANISMS)
+    p: float = _option(0.75, "CBAG: each node's probability to send (paper: 0.75)")
+    zeta: float = _option(1.0, "LAG/CLAG trigger zeta >= 0")
+    # FedNL's Hessian options, as FedNL declares them.
+    option: int = _option(1, "1: projection [H]_mu; 2: H + l I", choices=OPTIONS)
+    mu: float | None = _option(None, "Option 1's projection level (default: the problem's mu)")
+    init_mode: str = _option(
+        "hessian", "H_i^0: hessian (at x^0) | zero", choices=INITS, flag="init"
+    )
+    hess_vec: str = _option("svec", "Hessian rows: svec (isometric) | triu (code)", choices=VECS)
+    l_norm: str = _option("fro", "Option 2's l_i: fro (paper) | spectral (code)", choices=NORMS)
 
     needs: ClassVar[str] = "contractive"
     reports: ClassVar[tuple[str, ...]] = ("H_err", "sent", "l")
-    options: ClassVar[dict[str, Option]] = {
-        "mechanism": Option(str, "cbag", "3PC for the Hessians", MECHANISMS),
-        "p": Option(float, 0.75, "CBAG: each node's probability to send (paper: 0.75)"),
-        "zeta": Option(float, 1.0, "LAG/CLAG trigger zeta >= 0"),
-        "option": FedNL.options["option"],
-        "mu": FedNL.options["mu"],
-        "init_mode": FedNL.options["init_mode"],
-        "hess_vec": FedNL.options["hess_vec"],
-        "l_norm": FedNL.options["l_norm"],
-    }
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_choice("mechanism", self.mechanism, MECHANISMS)
         check_unit("p", self.p, optional=False)
         if not self.zeta >= 0:
             raise ValueError(f"zeta must be >= 0, got {self.zeta}")
-        check_choice("option", self.option, OPTIONS)
-        check_choice("init", self.init_mode, INITS)
-        check_choice("hess_vec", self.hess_vec, VECS)
         check_layout(self.compressor, self.hess_vec)
-        check_choice("l_norm", self.l_norm, NORMS)
         if self.mu is not None and not self.mu > 0:
             raise ValueError(f"mu must be > 0, got {self.mu}")
 

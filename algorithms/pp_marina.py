@@ -8,18 +8,17 @@ from typing import ClassVar
 import torch
 
 from algorithms import stepsizes
-from algorithms.base import Algorithm, Option, Theory, check_unit
+from algorithms.base import Algorithm, Theory, check_unit, option
 from algorithms.comm.base import Comm
 from algorithms.marina import MARINAState
 from algorithms.vr_common import (
     P_HELP,
-    TAG_COIN,
-    TAG_NODES,
     need,
     need_independent_unbiased,
     resolved,
     support_ratio,
 )
+from streams import tags
 
 SOURCE = "Gorbunov, Burlachenko, Li & Richtárik 2021, arXiv 2102.07845, Alg. 4, Thm 4.1"
 
@@ -50,17 +49,13 @@ class PPMARINA(Algorithm):
     Reported: ``sync`` and ``participation`` (fraction of nodes that sent this round).
     """
 
-    participation: float = 1.0
-    p: float | None = None
+    participation: float = option(
+        1.0, "fraction of nodes sampled per round (r = round(participation n))"
+    )
+    p: float | None = option(None, P_HELP)
 
     needs: ClassVar[str] = "unbiased"
     reports: ClassVar[tuple[str, ...]] = ("sync", "participation")
-    options: ClassVar[dict[str, Option]] = {
-        "participation": Option(
-            float, 1.0, "fraction of nodes sampled per round (r = round(participation n))"
-        ),
-        "p": Option(float, None, P_HELP),
-    }
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -97,13 +92,13 @@ class PPMARINA(Algorithm):
         x = state.x - self.gamma * state.g
         comm.broadcast_full(problem.d)
         grad_i = problem.grad(x)
-        if comm.coin(t, p, tag=TAG_COIN):
+        if comm.coin(t, p, tag=tags.COIN):
             g = comm.reduce_full(grad_i)
             return MARINAState(x=x, t=t + 1, g=g, grad_i=grad_i), {
                 "sync": 1.0,
                 "participation": 1.0,
             }
-        draws = comm.server_rng(t, tag=TAG_NODES).integers(n, r)[0]
+        draws = comm.server_rng(t, tag=tags.PP_NODES).integers(n, r)[0]
         counts = torch.bincount(draws.cpu(), minlength=n).to(grad_i.dtype)
         weight = (counts / r)[comm.nodes.cpu()].to(grad_i.device)
         packet = C.encode(grad_i - state.grad_i, comm.rng_for(C, t))

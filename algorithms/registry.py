@@ -1,97 +1,56 @@
-"""The method registry: command-line name -> class (a plain dict literal)."""
+"""The method registry: command-line name -> "module:Class" (a plain dict literal: one line per
+method; a class is imported when it is first looked up, :class:`streams.plugins.Registry`)."""
 
 from __future__ import annotations
 
-from algorithms.adacgd import AdaCGD
-from algorithms.adiana import ADIANA
-from algorithms.artemis import Artemis
 from algorithms.base import Algorithm
-from algorithms.byz_dasha_page import ByzDASHAPAGE
-from algorithms.byz_ef21 import ByzEF21
-from algorithms.byz_vr_marina import ByzVRMARINA
-from algorithms.cafe import CAFe, CAFeS
-from algorithms.canita import CANITA
-from algorithms.comp_ams import CompAMS
-from algorithms.compressed_scaffnew import CompressedScaffnew
-from algorithms.dasha import DASHA
-from algorithms.dasha_mvr import DASHAMVR
-from algorithms.dasha_page import DASHAPAGE
-from algorithms.dasha_sync_mvr import DASHASYNCMVR
-from algorithms.dcgd import DCGD
-from algorithms.dcgd_plus import DCGDPlus
-from algorithms.diana import DIANA
-from algorithms.diana_plus import DIANAPlus
-from algorithms.dore import DORE
-from algorithms.ec_lsvrg import ECLSVRG
-from algorithms.ec_sgd import ECSGD
-from algorithms.ef14 import EF14
-from algorithms.ef21 import EF21
-from algorithms.ef21_bc import EF21BC
-from algorithms.ef21_hb import EF21HB
-from algorithms.ef21_page import EF21PAGE
-from algorithms.ef21_plus import EF21Plus
-from algorithms.ef21_pp import EF21PP
-from algorithms.ef21_sgd import EF21SGD
-from algorithms.ef_bv import EFBV
-from algorithms.fednl import FedNL
-from algorithms.gmc import GMC
-from algorithms.liec_sgd import LIECSGD
-from algorithms.marina import MARINA
-from algorithms.mcm import MCM
-from algorithms.neolithic import NEOLITHIC
-from algorithms.neolithic_acc import NEOLITHICAcc
-from algorithms.newton_3pc import Newton3PC
-from algorithms.pp_marina import PPMARINA
-from algorithms.rosdhb import RoSDHB
-from algorithms.three_pc import ThreePC
-from algorithms.vr_marina import VRMARINA
 from streams import plugins
 from streams.suggest import did_you_mean
 
-ALGORITHMS: dict[str, type[Algorithm]] = {
-    "dcgd": DCGD,
-    "ef-sgd": EF14,
-    "ef21": EF21,
-    "ef21-sgd": EF21SGD,
-    "ef21-pp": EF21PP,
-    "ef21-bc": EF21BC,
-    "ef21-hb": EF21HB,
-    "ef21-page": EF21PAGE,
-    "ef21-plus": EF21Plus,
-    "3pc": ThreePC,
-    "adacgd": AdaCGD,
-    "ef-bv": EFBV,
-    "diana": DIANA,
-    "adiana": ADIANA,
-    "canita": CANITA,
-    "dcgd-plus": DCGDPlus,
-    "diana-plus": DIANAPlus,
-    "marina": MARINA,
-    "vr-marina": VRMARINA,
-    "byz-vr-marina": ByzVRMARINA,
-    "byz-ef21": ByzEF21,
-    "byz-dasha-page": ByzDASHAPAGE,
-    "rosdhb": RoSDHB,
-    "pp-marina": PPMARINA,
-    "dasha": DASHA,
-    "dasha-page": DASHAPAGE,
-    "dasha-mvr": DASHAMVR,
-    "dasha-sync-mvr": DASHASYNCMVR,
-    "comp-ams": CompAMS,
-    "ec-sgd": ECSGD,
-    "ec-lsvrg": ECLSVRG,
-    "cafe": CAFe,
-    "cafe-s": CAFeS,
-    "dore": DORE,
-    "artemis": Artemis,
-    "mcm": MCM,
-    "gmc": GMC,
-    "liec-sgd": LIECSGD,
-    "compressed-scaffnew": CompressedScaffnew,
-    "fednl": FedNL,
-    "newton-3pc": Newton3PC,
-    "neolithic": NEOLITHIC,
-    "neolithic-acc": NEOLITHICAcc,
+ALGORITHMS: dict[str, type[Algorithm] | str] = {
+    "dcgd": "algorithms.dcgd:DCGD",
+    "ef-sgd": "algorithms.ef14:EF14",
+    "ef21": "algorithms.ef21:EF21",
+    "ef21-sgd": "algorithms.ef21_sgd:EF21SGD",
+    "ef21-pp": "algorithms.ef21_pp:EF21PP",
+    "ef21-bc": "algorithms.ef21_bc:EF21BC",
+    "ef21-hb": "algorithms.ef21_hb:EF21HB",
+    "ef21-page": "algorithms.ef21_page:EF21PAGE",
+    "ef21-plus": "algorithms.ef21_plus:EF21Plus",
+    "3pc": "algorithms.three_pc:ThreePC",
+    "adacgd": "algorithms.adacgd:AdaCGD",
+    "ef-bv": "algorithms.ef_bv:EFBV",
+    "diana": "algorithms.diana:DIANA",
+    "adiana": "algorithms.adiana:ADIANA",
+    "canita": "algorithms.canita:CANITA",
+    "dcgd-plus": "algorithms.dcgd_plus:DCGDPlus",
+    "diana-plus": "algorithms.diana_plus:DIANAPlus",
+    "marina": "algorithms.marina:MARINA",
+    "vr-marina": "algorithms.vr_marina:VRMARINA",
+    "byz-vr-marina": "algorithms.byz_vr_marina:ByzVRMARINA",
+    "byz-ef21": "algorithms.byz_ef21:ByzEF21",
+    "byz-dasha-page": "algorithms.byz_dasha_page:ByzDASHAPAGE",
+    "rosdhb": "algorithms.rosdhb:RoSDHB",
+    "pp-marina": "algorithms.pp_marina:PPMARINA",
+    "dasha": "algorithms.dasha:DASHA",
+    "dasha-page": "algorithms.dasha_page:DASHAPAGE",
+    "dasha-mvr": "algorithms.dasha_mvr:DASHAMVR",
+    "dasha-sync-mvr": "algorithms.dasha_sync_mvr:DASHASYNCMVR",
+    "comp-ams": "algorithms.comp_ams:CompAMS",
+    "ec-sgd": "algorithms.ec_sgd:ECSGD",
+    "ec-lsvrg": "algorithms.ec_lsvrg:ECLSVRG",
+    "cafe": "algorithms.cafe:CAFe",
+    "cafe-s": "algorithms.cafe:CAFeS",
+    "dore": "algorithms.dore:DORE",
+    "artemis": "algorithms.artemis:Artemis",
+    "mcm": "algorithms.mcm:MCM",
+    "gmc": "algorithms.gmc:GMC",
+    "liec-sgd": "algorithms.liec_sgd:LIECSGD",
+    "compressed-scaffnew": "algorithms.compressed_scaffnew:CompressedScaffnew",
+    "fednl": "algorithms.fednl:FedNL",
+    "newton-3pc": "algorithms.newton_3pc:Newton3PC",
+    "neolithic": "algorithms.neolithic:NEOLITHIC",
+    "neolithic-acc": "algorithms.neolithic_acc:NEOLITHICAcc",
 }
 # Installed packages' classes under the entry-point group 'compzoo.algorithms', added on first use
 # (streams.plugins).

@@ -8,12 +8,10 @@ from typing import ClassVar
 
 import torch
 
-from algorithms.base import Option, State, Theory, check_count
+from algorithms.base import State, Theory, check_count, option
 from algorithms.comm.base import Comm
-from algorithms.robust.options import BYZ_OPTIONS, BYZ_REPORTS, ByzantineAlgorithm
-
-# Stream tag of the minibatches (stochastic gradients, ``--batch-size``).
-TAG_ROSDHB_BATCH = 0xB1DE
+from algorithms.robust.options import BYZ_REPORTS, ByzantineAlgorithm
+from streams import tags
 
 
 @dataclass(frozen=True)
@@ -48,16 +46,11 @@ class RoSDHB(ByzantineAlgorithm):
     ``grad_norm_sq_honest``.
     """
 
-    beta: float = 0.9
-    batch_size: int | None = None
+    beta: float = option(0.9, "momentum coefficient beta of each node's momentum")
+    batch_size: int | None = option(None, "minibatch per node (default: full local gradients)")
 
     needs: ClassVar[str] = "unbiased"
     reports: ClassVar[tuple[str, ...]] = BYZ_REPORTS
-    options: ClassVar[dict[str, Option]] = {
-        "beta": Option(float, 0.9, "momentum coefficient beta of each node's momentum"),
-        "batch_size": Option(int, None, "minibatch per node (default: full local gradients)"),
-        **BYZ_OPTIONS,
-    }
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -84,7 +77,7 @@ class RoSDHB(ByzantineAlgorithm):
             g_i = data.grad(state.x)
         else:
             g_i = data.grad(
-                state.x, data.sample(comm.rng(t, tag=TAG_ROSDHB_BATCH), self.batch_size)
+                state.x, data.sample(comm.rng(t, tag=tags.ROSDHB_BATCH), self.batch_size)
             )
         packet = C.encode(g_i, comm.rng_for(C, t))
         m_i = self.beta * state.m_i + (1.0 - self.beta) * C.decode(packet)

@@ -36,11 +36,7 @@ import os
 import sys
 from pathlib import Path
 
-import torch
-
-from algorithms.api import run_args
-from algorithms.runner.checkpoint import load_checkpoint, save_checkpoint
-from algorithms.runner.cli import build_parser, list_everything, resume_args
+from algorithms.runner.cli import build_parser, list_everything, parse_run, resume_args
 from algorithms.runner.common import (
     EXIT_BAD_INPUT,
     EXIT_COMM,
@@ -52,19 +48,46 @@ from algorithms.runner.common import (
     TIME_COLUMNS,
     BadInput,
 )
-from algorithms.runner.folder import out_dir
-from algorithms.runner.loop import execute
-from algorithms.runner.resolve import configure
 from algorithms.runner.signals import Interrupted, StopSignals
 
 __all__ = [
-    "EXIT_BAD_INPUT", "EXIT_COMM", "EXIT_DIVERGED", "EXIT_OK", "EXIT_SIGNAL", "HISTORY_COLUMNS",
-    "RESUME_OVERRIDES", "TIME_COLUMNS", "BadInput", "build_parser", "configure", "execute",
-    "list_everything", "load_checkpoint", "main", "resume_args", "run", "run_distributed",
-    "save_checkpoint",
-]  # fmt: skip
+    "EXIT_BAD_INPUT",
+    "EXIT_COMM",
+    "EXIT_DIVERGED",
+    "EXIT_OK",
+    "EXIT_SIGNAL",
+    "HISTORY_COLUMNS",
+    "RESUME_OVERRIDES",
+    "TIME_COLUMNS",
+    "BadInput",
+    "build_parser",
+    "list_everything",
+    "main",
+    "resume_args",
+    "run",
+    "run_distributed",
+]  # fmt: skip  (and, imported when first used: configure, execute, load_checkpoint, ...)
 
 log = logging.getLogger("compzoo.run")
+
+# Imported when first used: --help, --list and a bad flag answer without the run's machinery
+# (the problems, SciPy, the loop).
+_LAZY = {
+    "configure": "algorithms.runner.resolve",
+    "execute": "algorithms.runner.loop",
+    "load_checkpoint": "algorithms.runner.checkpoint",
+    "save_checkpoint": "algorithms.runner.checkpoint",
+    "run_args": "algorithms.api",
+    "out_dir": "algorithms.runner.folder",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def run(argv: list[str] | None = None) -> int:
@@ -72,21 +95,22 @@ def run(argv: list[str] | None = None) -> int:
     with StopSignals() as stop:
         try:
             return _run(argv, stop)
+        except SystemExit as e:  # argparse's --help and its errors (a message printed, exit 2)
+            return e.code if isinstance(e.code, int) else (0 if e.code is None else EXIT_BAD_INPUT)
         except Interrupted as e:
             print(f"interrupted by {e} before the run started; nothing was run", file=sys.stderr)
             return EXIT_SIGNAL[e.signum]
 
 
 def _run(argv: list[str] | None, stop: StopSignals) -> int:
-    ap = build_parser()
-    args = ap.parse_args(argv)
-    args._argv = argv
+    tokens = sys.argv[1:] if argv is None else argv
+    args = parse_run(tokens)  # the common flags and this method's options, typed
     if args.list:
         print(list_everything())
         return EXIT_OK
     if args.resume is not None:
         try:
-            args = resume_args(sys.argv[1:] if argv is None else argv, args)
+            args = resume_args(tokens, args)
         except ValueError as e:
             print(f"error: {e}", file=sys.stderr)
             return EXIT_BAD_INPUT
@@ -99,6 +123,8 @@ def _run(argv: list[str] | None, stop: StopSignals) -> int:
             file=sys.stderr,
         )
         return EXIT_BAD_INPUT
+    from algorithms.api import run_args
+
     try:  # the Python API's own entry, with the folder written and the summary printed
         return run_args(args, stop=stop)
     except ValueError as e:  # bad input, named
@@ -110,7 +136,12 @@ def run_distributed(args, stop: StopSignals | None = None) -> int:
     """Under torchrun: ``--nodes N`` (default: the world size W, one node per rank; N >= W) over
     torch.distributed, rank ``r`` holding a contiguous block of the nodes; rank 0 writes the run
     folder."""
+    import torch
+
     from algorithms.comm import torch_dist
+    from algorithms.runner.folder import out_dir
+    from algorithms.runner.loop import execute
+    from algorithms.runner.resolve import configure
 
     world, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))

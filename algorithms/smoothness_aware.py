@@ -37,6 +37,7 @@ import math
 import torch
 
 from compressors import Compressor
+from streams.tags import SMOOTHNESS_SAMPLE as TAG_SAMPLE
 
 __all__ = [
     "SAMPLINGS",
@@ -50,8 +51,6 @@ __all__ = [
 ]
 
 SAMPLINGS = ("diag", "uniform")
-# Stream tag of the nodes' coordinate draws.
-TAG_SAMPLE = 0xD1A9
 
 
 def budget(name: str, compressor: Compressor, d: int) -> tuple[float, int]:

@@ -12,12 +12,11 @@ from algorithms import stepsizes
 from algorithms import three_pc_mechanisms as mech
 from algorithms.base import (
     Algorithm,
-    Option,
     State,
     Theory,
-    check_choice,
     check_unit,
     initial_estimator,
+    option,
 )
 from algorithms.comm.base import Comm
 from algorithms.ef21 import INITS
@@ -94,27 +93,18 @@ class ThreePC(Algorithm):
     ``auto``), :func:`stepsizes.three_pc_AB`. Reports ``G = mean_i ||g_i - grad f_i(x)||^2``.
     """
 
-    mechanism: str = "ef21"
-    zeta: float = 1.0
-    p: float | None = None
-    mechanism_compressor: str | None = None
-    inner_mechanism: str = "ef21"
-    init_mode: str = "full"
-    regime: str = "auto"
+    mechanism: str = option("ef21", "3PC mechanism", choices=mech.MECHANISMS)
+    zeta: float = option(1.0, "LAG/CLAG trigger zeta >= 0")
+    p: float | None = option(None, "3PCv5: probability of a full send (default: delta of C)")
+    mechanism_compressor: str | None = option(
+        None, "3PCv2's Q / 3PCv3-v4's C2 as a SPEC (default: randk / topk, same k)"
+    )
+    inner_mechanism: str = option("ef21", "3PCv3's inner 3PC", choices=mech.INNER)
+    init_mode: str = option("full", "g_i^0: full | compressed | zero", choices=INITS, flag="init")
+    regime: str = option("auto", "theory step: auto | nonconvex | pl", choices=REGIMES)
 
     needs: ClassVar[str] = "contractive"
     reports: ClassVar[tuple[str, ...]] = ("G",)
-    options: ClassVar[dict[str, Option]] = {
-        "mechanism": Option(str, "ef21", "3PC mechanism", mech.MECHANISMS),
-        "zeta": Option(float, 1.0, "LAG/CLAG trigger zeta >= 0"),
-        "p": Option(float, None, "3PCv5: probability of a full send (default: delta of C)"),
-        "mechanism_compressor": Option(
-            str, None, "3PCv2's Q / 3PCv3-v4's C2 as a SPEC (default: randk / topk, same k)"
-        ),
-        "inner_mechanism": Option(str, "ef21", "3PCv3's inner 3PC", mech.INNER),
-        "init_mode": Option(str, "full", "g_i^0: full | compressed | zero", INITS, "init"),
-        "regime": Option(str, "auto", "theory step: auto | nonconvex | pl", REGIMES),
-    }
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -132,8 +122,6 @@ class ThreePC(Algorithm):
         check_unit("p", self.p)
         if self.mechanism == "v5" and self.p is None:
             raise ValueError("3PCv5 needs p (configure() sets it to delta of the compressor)")
-        check_choice("init", self.init_mode, INITS)
-        check_choice("regime", self.regime, REGIMES)
         if self.mechanism_compressor is not None:
             C2 = _parse(self.mechanism_compressor, 1)
             if self.mechanism == "v2" and not C2.unbiased:

@@ -13,8 +13,10 @@ import torch
 
 from algorithms.comm.base import Comm
 from compressors import Compressor
+from streams.tags import DEFAULT as TAG_MAIN
+from streams.tags import THREE_PC_COIN as TAG_COIN
+from streams.tags import THREE_PC_SECOND as TAG_SECOND
 
-TAG_MAIN, TAG_SECOND, TAG_COIN = 0, 1, 0x3C5
 SKIP_BITS = 1  # LAG/CLAG's "nothing new" flag
 
 MECHANISMS = ("ef21", "lag", "clag", "v1", "v2", "v3", "v4", "v5")

@@ -1,4 +1,4 @@
-"""Shared pieces of the variance-reduced family (DIANA, MARINA, DASHA, COMP-AMS): stream tags,
+"""Shared pieces of the variance-reduced family (DIANA, MARINA, DASHA, COMP-AMS): the
 default synchronisation probabilities and the problem facts their theories read.
 
 Two facts are read from a problem beyond :class:`problems.base.Consts`, where it has them:
@@ -16,12 +16,6 @@ from __future__ import annotations
 from typing import Any
 
 from compressors import Compressor
-
-# Stream tags (distinct uses of randomness in one step draw from distinct streams).
-TAG_BATCH = 0xBA7C
-TAG_COIN = 0xC014
-TAG_MEGA = 0x3E6A
-TAG_NODES = 0x5A3F
 
 P_HELP = "probability p of the shared synchronisation coin (default: the method's theory)"
 

@@ -8,18 +8,17 @@ from typing import ClassVar
 import torch
 
 from algorithms import stepsizes
-from algorithms.base import Algorithm, Option, State, Theory, check_count, check_unit
+from algorithms.base import Algorithm, State, Theory, check_count, check_unit, option
 from algorithms.comm.base import Comm
 from algorithms.vr_common import (
     P_HELP,
-    TAG_BATCH,
-    TAG_COIN,
     minibatch_p,
     need,
     need_independent_unbiased,
     resolved,
     sample_smoothness,
 )
+from streams import tags
 
 SOURCE = "Gorbunov, Burlachenko, Li & Richtárik 2021, arXiv 2102.07845, Alg. 2, Thm 3.1"
 
@@ -54,16 +53,12 @@ class VRMARINA(Algorithm):
     ``--step``). Only the nonconvex step is used. Reported: ``sync``.
     """
 
-    batch_size: int = 1
-    p: float | None = None
+    batch_size: int = option(1, "minibatch b' per node for the gradient differences")
+    p: float | None = option(None, P_HELP)
 
     needs: ClassVar[str] = "unbiased"
     stochastic: ClassVar[bool] = True
     reports: ClassVar[tuple[str, ...]] = ("sync",)
-    options: ClassVar[dict[str, Option]] = {
-        "batch_size": Option(int, 1, "minibatch b' per node for the gradient differences"),
-        "p": Option(float, None, P_HELP),
-    }
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -95,11 +90,11 @@ class VRMARINA(Algorithm):
         C, t = self.compressor, state.t
         x = state.x - self.gamma * state.g
         comm.broadcast_full(problem.d)
-        sync = comm.coin(t, self._p(problem), tag=TAG_COIN)
+        sync = comm.coin(t, self._p(problem), tag=tags.COIN)
         if sync:
             g = comm.reduce_full(problem.grad(x))
         else:
-            batch = problem.sample(comm.rng(t, tag=TAG_BATCH), self.batch_size)
+            batch = problem.sample(comm.rng(t, tag=tags.BATCH), self.batch_size)
             diff_i = problem.grad_diff(x, state.x, batch)
             g = state.g + comm.reduce(C.encode(diff_i, comm.rng_for(C, t)), C)
         return VRMARINAState(x=x, t=t + 1, g=g), {"sync": float(sync)}

@@ -47,12 +47,12 @@ import torch
 
 from algorithms.comm import SimulatedComm
 from algorithms.registry import ALGORITHMS
-from algorithms.vr_common import TAG_COIN
 from benchmarks import bandwidth
 from benchmarks.baselines_sparse import DashaLoop, DianaLoop, EF21Loop, MarinaLoop, nodes_from_csr
 from benchmarks.progress import Tracker
 from compressors import parse_spec
 from problems.registry import make_problem
+from streams import tags
 from streams.compiled import launch, numba
 
 log = logging.getLogger(__name__)
@@ -112,7 +112,7 @@ def loop_for(problem, name: str, algo, k: int, steps: int, seed: int = 0):
         return DianaLoop(nodes, x0, g, k, algo._alpha(d), LAM, seed)
     if name == "marina":
         comm = SimulatedComm(problem.n, seed=seed)
-        syncs = np.array([comm.coin(t, algo._p(d), tag=TAG_COIN) for t in range(steps)])
+        syncs = np.array([comm.coin(t, algo._p(d), tag=tags.COIN) for t in range(steps)])
         return MarinaLoop(nodes, x0, g, k, syncs, LAM, seed)
     if name == "dasha":
         return DashaLoop(nodes, x0, g, k, algo._a(d), LAM, seed)

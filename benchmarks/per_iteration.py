@@ -32,12 +32,12 @@ import torch
 import problems.glm as glm
 from algorithms.comm import SimulatedComm
 from algorithms.registry import ALGORITHMS, usual_compressor
-from algorithms.vr_common import TAG_COIN
 from benchmarks import bandwidth, baselines
 from benchmarks.clock import median_seconds
 from benchmarks.progress import Tracker, reason, why_skipped
 from compressors import parse_spec
 from problems.logreg_nonconvex import LogRegNonconvex
+from streams import tags
 
 log = logging.getLogger(__name__)
 
@@ -237,7 +237,7 @@ def _baseline_jobs(case: Case, A, b, dtype, jobs: list[dict], max_iters: int) ->
         ma = algos["marina"]
         comm = SimulatedComm(case.n, seed=0)
         p = ma._p(case.d)
-        syncs = np.array([comm.coin(t, p, tag=TAG_COIN) for t in range(max_iters)])
+        syncs = np.array([comm.coin(t, p, tag=tags.COIN) for t in range(max_iters)])
         out["marina"] = lambda iters: baselines.marina_randk(
             A_nodes, b_nodes, x0, ma.gamma, k, syncs, LAM, iters
         )

@@ -16,7 +16,7 @@ from tqdm import tqdm
 
 from compressors.base import Compressor
 from compressors.registry import COMPRESSORS, parse_spec
-from streams import Streams
+from streams import Streams, tags
 
 
 def describe(c: Compressor, d: int) -> dict[str, str]:
@@ -47,7 +47,7 @@ def measured_bits(c: Compressor, d: int, seed: int) -> tuple[float, float]:
     """Mean bits per node of the payloads produced for a standard normal vector (over up to 256
     independent draws when the size is random), and its ratio to the uncompressed ``32 d``."""
     m = rows_measured(c, d)
-    x = Streams.for_nodes(seed, [0], 0xDA7A).normal(d).expand(m, d)
+    x = Streams.for_nodes(seed, [0], tags.DEMO_INPUT).normal(d).expand(m, d)
     keys = Streams.for_nodes(seed, range(m)).keys  # independent draws, all as node 0
     packet = c.encode(x, Streams(keys, torch.zeros(m, dtype=torch.int64)))
     b = float(packet.nbits.double().mean())

@@ -11,10 +11,9 @@ from typing import ClassVar
 import torch
 
 from compressors.base import Compressor, Packet
-from streams import Streams
+from streams import Streams, tags
 
 HEADER_BYTES = 4  # one little-endian uint32 byte length per block, at the front of a row
-_BLOCK_TAG = 0xB10C0000  # stream tags of blocks 1, 2, ...: far from the tags compressors use
 
 
 def _follow(name: str) -> property:
@@ -262,7 +261,7 @@ class Blockwise(Compressor):
 def block_streams(rng: Streams, b: int) -> Streams:
     """The streams block ``b`` is compressed with: the rows' own for block 0 (so one block is
     exactly the inner compressor), a child stream per row for the others, independent of it."""
-    return rng if b == 0 else rng.split(_BLOCK_TAG + b)
+    return rng if b == 0 else rng.split(tags.BLOCK + b)
 
 
 def _assemble(blocks: tuple[Packet, ...], d: int, dtype: torch.dtype) -> Packet:

@@ -14,12 +14,10 @@ import torch
 
 from compressors.base import Compressor, Packet, check_float_bits, work_dtype
 from compressors.bitpack import BitReader, BitWriter
-from streams import Streams
+from streams import Streams, tags
 
 __all__ = ["FOSGD", "fwht", "irwht", "padded_dim", "rwht"]
 
-_SIGNS = 0x5157  # split tags: the transform's signs and the dither are independent draws
-_DITHER = 0xD17E
 _NODE = 0x9E3779B97F4A7C15 - (1 << 64)  # odd: distinct nodes give distinct dither keys
 
 
@@ -121,7 +119,7 @@ class FOSGD(Compressor):
         n = padded_dim(d)
         w = work_dtype(x_i.dtype)
         x = x_i.to(w)
-        signs = 1.0 - 2.0 * (rng.split(_SIGNS).bits64(n) & 1).to(w)
+        signs = 1.0 - 2.0 * (rng.split(tags.FOSGD_SIGNS).bits64(n) & 1).to(w)
         top = x.abs().amax(dim=1)
         ok = torch.isfinite(top) & (top > 0)
         unit = x / torch.where(ok, top, 1.0)[:, None]
@@ -157,4 +155,4 @@ class FOSGD(Compressor):
 
 def _dither_streams(rng: Streams) -> Streams:
     """Per-row dither streams from the row's key and node id (shared keys, distinct nodes)."""
-    return Streams(rng.keys ^ (rng.nodes * _NODE), rng.nodes).split(_DITHER)
+    return Streams(rng.keys ^ (rng.nodes * _NODE), rng.nodes).split(tags.FOSGD_DITHER)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from compressors.base import Compressor, Packet
-from streams import Streams
+from streams import Streams, tags
 
 Z = 5.0  # standard errors for one-sided Monte-Carlo comparisons
 
@@ -47,7 +47,7 @@ def draws_of(
     """``draws`` independent compressions of ``x`` (``(d,)``): rows with independent keys; node
     ids cycle through ``0..n-1`` for compressors that need them. Returns outputs and packet."""
     n = getattr(c, "n", None) or 1
-    keys = Streams.for_nodes(seed, range(draws), 0x3C).keys
+    keys = Streams.for_nodes(seed, range(draws), tags.MONTECARLO).keys
     rng = Streams(keys, torch.arange(draws) % n)
     packet = c.encode(x.expand(draws, x.numel()), rng)
     return c.decode(packet), packet

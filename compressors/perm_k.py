@@ -12,7 +12,7 @@ from compressors import compiled_perm
 from compressors.base import Compressor, Packet, check_float_bits, scatter_sum
 from compressors.bitpack import BitReader, BitWriter
 from compressors.nonfinite import nonfinite_rows, poison_first, saturate
-from streams import Streams
+from streams import Streams, tags
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,7 @@ class PermK(Compressor):
             return torch.gather(
                 perm, 1, node[:, None] * b + torch.arange(b, device=perm.device)
             ), None
-        r = rng.split(0x5EED).integers(n)
+        r = rng.split(tags.PERMK_SHIFT).integers(n)
         pos = ((node - r) % n)[:, None] + n * torch.arange(b, device=perm.device)
         return torch.gather(perm, 1, pos.clamp(max=d - 1)), pos < d
 

@@ -410,7 +410,7 @@ def _runner_flags() -> dict[str, tuple[str, bool, bool]]:
 def _parser() -> argparse.ArgumentParser:
     from algorithms.run import build_parser
 
-    return build_parser()
+    return build_parser(every=True)  # the flags of every method: what a config may name
 
 
 def _argv(flags: dict) -> list[str]:

@@ -145,7 +145,7 @@ def _flag_names() -> dict[str, str]:
     from algorithms.runner.cli import build_parser
 
     names = {}
-    for action in build_parser()._actions:
+    for action in build_parser(every=True)._actions:
         flags = [o for o in action.option_strings if o.startswith("--")]
         if flags:
             names[action.dest] = flags[0][2:].replace("-", "_")

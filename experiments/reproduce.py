@@ -220,7 +220,8 @@ def _resolve_steps(sweep: dict) -> None:
         return
     if "dataset" in sweep.get("grid", {}):
         raise ValueError('step = "1/L" needs one data set, not a grid over datasets')
-    from algorithms.run import build_parser, configure
+    from algorithms.run import configure
+    from algorithms.runner.cli import parse_run
 
     argv = ["dcgd", "--compressor", "identity"]
     for key, val in sweep.get("base", {}).items():
@@ -229,8 +230,7 @@ def _resolve_steps(sweep: dict) -> None:
         flag = "--" + key.replace("_", "-")
         for v in val if isinstance(val, list) else [val]:
             argv += [flag, str(v)]
-    args = build_parser().parse_args(argv)
-    args._argv = argv
+    args = parse_run(argv)
     args.nodes = 10 if args.nodes is None else args.nodes
     _algo, _problem, config = configure(args)
     gamma = float(config["step"]["gamma_theory"])

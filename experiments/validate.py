@@ -35,6 +35,7 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
+from algorithms.runner.config import RunConfig
 from experiments.config import SweepConfig, _argv, _parser
 
 # A sweep key whose value is a compressor spec: repeats are found on the parsed spec.
@@ -111,8 +112,7 @@ def resolve_runs(cfg: SweepConfig, *, device_here: bool = True) -> None:
         if group in groups:
             continue
         groups.add(group)
-        args = _parser().parse_args(spec.argv)
-        args._argv = list(spec.argv)
+        args = RunConfig.from_namespace(_parser().parse_args(spec.argv), list(spec.argv))
         args.nodes = 10 if args.nodes is None else args.nodes  # the runner's default
         args.device = "cpu"
         try:

@@ -24,14 +24,13 @@ from typing import Any, ClassVar
 
 import torch
 
-from streams import Streams
+from streams import Streams, tags
 
 __all__ = ["Batch", "Consts", "Problem", "RngLike", "parse_x0"]
 
 RngLike = Streams | torch.Generator | list | tuple | int
 
 # Stream tag of the seeded random start ``--x0 randn``.
-_X0_TAG = 0x7830
 
 
 @dataclass(frozen=True, eq=False)
@@ -146,7 +145,7 @@ def parse_x0(spec: str, d: int, default: Callable[[], torch.Tensor], seed: int) 
             scale = math.nan
         if not math.isfinite(scale) or scale <= 0:
             raise ValueError(f"x0 randn scale must be a positive number, got {spec!r}")
-        return scale * Streams.shared(seed, 1, _X0_TAG).normal(d)[0]
+        return scale * Streams.shared(seed, 1, tags.X0).normal(d)[0]
     raise ValueError(f"x0 must be one of default, zeros, ones, randn[:SCALE], got {spec!r}")
 
 

@@ -56,6 +56,7 @@ import scipy.sparse as sp
 
 from problems import cache, datasets
 from problems.datasets import NAMED_LIBSVM
+from streams import tags
 from streams.suggest import did_you_mean
 
 __all__ = ["Dataset", "load_tabular", "scale_features", "SCALINGS", "TABULAR", "MAX_DIM"]
@@ -121,7 +122,7 @@ def _synthetic(samples: int, features: int, density: float, label_noise: float, 
         raise ValueError(f"density must be in (0, 1], got {density!r}")
     if not 0 <= label_noise < 0.5:
         raise ValueError(f"label_noise must be in [0, 0.5), got {label_noise!r}")
-    rng = np.random.default_rng([seed, 0x5D17])
+    rng = np.random.default_rng([seed, tags.TABULAR_SYNTHETIC])
     mask = rng.random((samples, features)) < density
     X = sp.csr_matrix(np.where(mask, rng.standard_normal((samples, features)), 0.0))
     w = rng.standard_normal(features)

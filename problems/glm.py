@@ -30,7 +30,7 @@ from problems.base import Batch, Consts, Problem, _Lazy, parse_x0
 from problems.data import MAX_DIM, load_tabular
 from problems.linalg import single_threaded
 from problems.splits import split as split_rows
-from streams import Streams
+from streams import Streams, tags
 
 __all__ = ["GLM", "DATA_KNOBS"]
 
@@ -53,8 +53,6 @@ DATA_KNOBS: dict[str, tuple[Any, str]] = {
     "server_rows": (0, "rows drawn at random (seeded) for the server's own data, held out of the "
                     "nodes' (CAFe-S); 0: the server holds none"),
 }  # fmt: skip
-# Stream tag of the draw of the server's rows (``server_rows``).
-_SERVER_TAG = 0x5E5D
 STORAGES = ("auto", "dense", "csr")
 # Largest ``m d^2`` that :meth:`GLM.smoothness_matrices` builds (float64: 2 GiB).
 _MAX_SMOOTHNESS_ENTRIES = 2**28
@@ -225,7 +223,7 @@ class GLM(Problem):
                 f"{cls.name}: server_rows must be an integer in [0, {N - nodes}] (the nodes "
                 f"keep at least one row each), got {K!r}"
             )
-        held = np.sort(np.random.default_rng([seed, _SERVER_TAG]).permutation(N)[:K])
+        held = np.sort(np.random.default_rng([seed, tags.SERVER_DATA]).permutation(N)[:K])
         return np.setdiff1d(np.arange(N), held), held
 
     @classmethod

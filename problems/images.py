@@ -29,13 +29,12 @@ import numpy as np
 
 from problems import datasets
 from problems.data import Dataset
-from streams import Streams
+from streams import Streams, tags
 from streams.suggest import did_you_mean
 
 __all__ = ["load_images", "IMAGE_SETS"]
 
 IMAGE_SETS = ("digits", "wine", "breast-cancer", "synthetic", "cifar10:PATH")
-_HOLDOUT_TAG = 0x40D0
 _CIFAR_MEAN = np.array([0.4914, 0.4822, 0.4465], dtype=np.float32)
 _CIFAR_STD = np.array([0.2470, 0.2435, 0.2616], dtype=np.float32)
 _CIFAR_BIN = [f"data_batch_{k}.bin" for k in range(1, 6)] + ["test_batch.bin"]
@@ -48,7 +47,7 @@ def _holdout(X: np.ndarray, y: np.ndarray, frac: float, seed: int, name: str) ->
         raise ValueError(f"holdout must be in (0, 1), got {frac!r}")
     N = X.shape[0]
     k = max(1, int(round(frac * N)))
-    test = np.sort(Streams.shared(seed, 1, _HOLDOUT_TAG).permutation(N)[0, :k].numpy())
+    test = np.sort(Streams.shared(seed, 1, tags.HOLDOUT).permutation(N)[0, :k].numpy())
     train = np.setdiff1d(np.arange(N), test)
     return Dataset(name, X[train], y[train], X[test], y[test], int(y.max()) + 1)
 
@@ -320,7 +319,7 @@ def _cifar(path: str, problem: str, samples: int | None) -> Dataset:
 
 
 def _synthetic(shape: tuple[int, ...], samples: int, test_samples: int, seed: int) -> Dataset:
-    rng = np.random.default_rng([seed, 0x1A6E])
+    rng = np.random.default_rng([seed, tags.IMAGES_SYNTHETIC])
     X = rng.standard_normal((samples + test_samples, *shape)).astype(np.float32)
     pooled = X
     if len(shape) == 3:

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from problems.base import Batch, Problem
-from streams import Streams
+from streams import Streams, tags
 
 __all__ = ["Quadratic", "QUAD_KNOBS"]
 
@@ -36,8 +36,6 @@ QUAD_KNOBS: dict[str, tuple[Any, str]] = {
     "server_zeta2": (0.1, "the server's own objective f_S = f + <s, x>, ||s||^2 = server_zeta2: "
                      "exactly ||grad f_S - grad f||^2 (CAFe-S)"),
 }  # fmt: skip
-# Stream tag of the direction of the server's shift ``s`` (``server_zeta2``).
-_SERVER_TAG = 0x5E5D
 
 
 def check_shape(family: str, n: Any, dim: Any, other: dict) -> int:
@@ -118,7 +116,7 @@ class Quadratic(Problem):
         and ``||s||^2 = server_zeta2``, so ``||grad f_S(x) - grad f(x)||^2 = server_zeta2``
         exactly at every ``x``; 0 gives the server ``f`` itself."""
         z = check_positive(self.name, "server_zeta2", server_zeta2, allow_zero=True)
-        u = np.random.default_rng([seed, _SERVER_TAG]).standard_normal(self.d)
+        u = np.random.default_rng([seed, tags.SERVER_DATA]).standard_normal(self.d)
         s = u * math.sqrt(z) / np.linalg.norm(u)
         self._server_shift = torch.from_numpy(s).to(self.device, self.dtype)
         self.server_zeta2 = z

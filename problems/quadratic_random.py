@@ -8,10 +8,10 @@ import torch
 from problems.base import Consts, parse_x0
 from problems.linalg import single_threaded
 from problems.quadratic import Quadratic, check_positive, check_shape
+from streams import tags
 
 __all__ = ["RandomQuadratic"]
 
-_TAG = 0x9A0D
 _MAX_ENTRIES = 20_000_000  # n d^2 of the stored Hessians
 
 
@@ -62,7 +62,7 @@ class RandomQuadratic(Quadratic):
         L_pm = check_positive(self.name, "L_pm", L_pm, allow_zero=True)
         if n == 1:  # one node: no heterogeneity by definition
             zeta2 = L_pm = 0.0
-        rng = np.random.default_rng([seed, _TAG])
+        rng = np.random.default_rng([seed, tags.QUADRATIC_RANDOM])
         U, R = np.linalg.qr(rng.standard_normal((d, d)))
         U *= np.sign(np.diag(R))
         Qbar = (U * np.linspace(mu, L, d)) @ U.T

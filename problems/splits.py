@@ -30,7 +30,7 @@ import math
 
 import numpy as np
 
-from streams import Streams
+from streams import Streams, tags
 
 __all__ = ["SPLITS", "split", "parse_split"]
 
@@ -51,9 +51,6 @@ _CONTIGUOUS = {
     "contiguous:array": lambda N, n: np.array([a.size for a in np.array_split(np.arange(N), n)]),
 }
 
-# Stream tags, so that split draws never coincide with other seeded draws.
-_IID_TAG = 0x5011
-_DIRICHLET_TAG = 0xD112
 _DIRICHLET_TRIES = 1000
 
 
@@ -82,7 +79,7 @@ def _chunks(N: int, n: int) -> np.ndarray:
 
 
 def _dirichlet(labels: np.ndarray, n: int, alpha: float, seed: int) -> list[np.ndarray]:
-    rng = np.random.default_rng([seed, _DIRICHLET_TAG])
+    rng = np.random.default_rng([seed, tags.SPLIT_DIRICHLET])
     classes = np.unique(labels)
     members = [np.flatnonzero(labels == c) for c in classes]
     for _ in range(_DIRICHLET_TRIES):
@@ -129,7 +126,7 @@ def split(
         counts = _CONTIGUOUS[kind](N, n).astype(np.int64)
         return np.arange(int(counts.sum()), dtype=np.int64), counts
     if kind == "iid":
-        perm = Streams.shared(seed, 1, _IID_TAG).permutation(N)[0].numpy()
+        perm = Streams.shared(seed, 1, tags.SPLIT_IID).permutation(N)[0].numpy()
         counts = _chunks(N, n)
         ends = np.cumsum(counts)
         owned = [np.sort(perm[e - c : e]) for e, c in zip(ends, counts, strict=True)]

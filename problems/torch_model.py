@@ -25,11 +25,9 @@ from torch.func import functional_call, grad, vmap
 
 from problems.base import Batch, Consts, Problem, parse_x0
 from problems.data import Dataset
-from streams import Streams
+from streams import Streams, tags
 
 __all__ = ["TorchModel", "init_flat"]
-
-_INIT_TAG = 0x1417
 
 
 def init_flat(model: nn.Module, seed: int) -> torch.Tensor:
@@ -50,7 +48,7 @@ def init_flat(model: nn.Module, seed: int) -> torch.Tensor:
     for k, (name, p) in enumerate(model.named_parameters()):
         kind, bound = spec.get(name, ("uniform", 1.0 / math.sqrt(max(p.shape[-1], 1))))
         if kind == "uniform":
-            u = Streams.shared(seed, 1, _INIT_TAG, k).uniform(p.numel())[0]
+            u = Streams.shared(seed, 1, tags.TORCH_INIT, k).uniform(p.numel())[0]
             parts.append((2.0 * u - 1.0) * bound)
         else:
             parts.append(torch.full((p.numel(),), 1.0 if kind == "ones" else 0.0))

@@ -41,6 +41,7 @@ interrupts.guard()
 import torch  # noqa: E402
 
 from streams import compiled  # noqa: E402
+from streams.tags import NORMAL_ANGLE, NORMAL_RADIUS  # noqa: E402
 
 __all__ = ["Streams"]
 
@@ -236,8 +237,8 @@ class Streams:
     def normal(self, *shape: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
         """Standard normal, shape ``(m, *shape)`` (Box-Muller on two split streams)."""
         work = torch.float64 if dtype == torch.float64 else torch.float32
-        u1 = self.split(0x6E01).uniform(*shape, dtype=work)
-        u2 = self.split(0x6E02).uniform(*shape, dtype=work)
+        u1 = self.split(NORMAL_RADIUS).uniform(*shape, dtype=work)
+        u2 = self.split(NORMAL_ANGLE).uniform(*shape, dtype=work)
         r = torch.sqrt(-2.0 * torch.log1p(-u1))  # 1 - u1 in (0, 1]: no log(0)
         return (r * torch.cos((2.0 * torch.pi) * u2)).to(dtype)
 

@@ -42,7 +42,11 @@ def _declared() -> dict[str, tuple]:
 class Registry(dict):
     """A name -> class dict that adds the classes installed packages declare under ``group``
     on its first use (a lookup, a membership test, an iteration), not when it is created: a
-    plugin's module may then import any part of compzoo, which is fully imported by then."""
+    plugin's module may then import any part of compzoo, which is fully imported by then.
+
+    A value may be given as ``"module:Class"`` instead of the class: it is imported when it is
+    first looked up (or the values are listed), so a registry names its classes in one line
+    each and importing it imports none of them."""
 
     def __init__(self, group: str, base: type, items: dict) -> None:
         super().__init__(items)
@@ -53,9 +57,21 @@ class Registry(dict):
             self._loaded = True
             extend(self._group, self, self._base)
 
+    def _resolve(self, key):
+        value = super().__getitem__(key)
+        if isinstance(value, str):
+            import importlib
+
+            module, _, attr = value.partition(":")
+            value = getattr(importlib.import_module(module), attr)
+            if not (isinstance(value, type) and issubclass(value, self._base)):
+                raise TypeError(f"registry entry {key} = {value!r} is not a {self._base.__name__}")
+            super().__setitem__(key, value)
+        return value
+
     def __getitem__(self, key):
         self.load()
-        return super().__getitem__(key)
+        return self._resolve(key)
 
     def __contains__(self, key) -> bool:
         self.load()
@@ -71,7 +87,7 @@ class Registry(dict):
 
     def get(self, key, default=None):
         self.load()
-        return super().get(key, default)
+        return self._resolve(key) if super().__contains__(key) else default
 
     def keys(self):
         self.load()
@@ -79,11 +95,11 @@ class Registry(dict):
 
     def values(self):
         self.load()
-        return super().values()
+        return [self._resolve(k) for k in super().keys()]
 
     def items(self):
         self.load()
-        return super().items()
+        return [(k, self._resolve(k)) for k in super().keys()]
 
 
 def extend(group: str, registry: dict, base: type) -> list[str]:

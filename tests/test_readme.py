@@ -158,6 +158,11 @@ def _check_hooks_list(tmp: Path, out: str) -> None:
     assert dict(rows)["powersgd"] == "all-reduce" and dict(rows)["dgc"] == "all-gather", out
 
 
+def _check_method_help(tmp: Path, out: str) -> None:
+    assert "ef21's options:" in out and "--init {full,compressed,zero}" in out, out
+    assert "--regime" in out and "--mechanism" not in out, out
+
+
 def _check_resume(tmp: Path, out: str) -> None:
     rows = (tmp / "r" / "history.csv").read_text().splitlines()
     assert rows[-1].split(",")[0] == "40", rows[-1]
@@ -183,6 +188,7 @@ EXERCISED: dict[str, Use] = {
     "--dataset breast-cancer --problem-opt scale=standard --nodes 20 --split contiguous "
     "--lambda 0.1 --x0 zeros --iters 2000 --out runs/ef21": Use(None, _check_ef21),
     "python -m algorithms.run --list": Use(None, _check_listing),
+    "python -m algorithms.run ef21 --help": Use(None, _check_method_help),
     TORCHRUN_EXAMPLE: Use(None, marks=("dist",)),
     "torchrun --nnodes 2 --node-rank 0 --nproc-per-node 4 --rdzv-backend c10d --rdzv-endpoint "
     "HOST:PORT --rdzv-id myrun -m algorithms.run marina --compressor randk:k=5 --problem logreg "

@@ -30,11 +30,12 @@ import math
 import numpy as np
 
 from algorithms.artemis import Artemis
-from algorithms.bidirectional_common import TAG_DORE_DOWN, TAG_MCM_DOWN, uplink_with_memory
+from algorithms.bidirectional_common import uplink_with_memory
 from algorithms.dore import DORE, DOREState
 from algorithms.mcm import MCM, MCMState
 from compressors import parse_spec
 from problems.least_squares import LeastSquares
+from streams import tags
 from theory_checks.base import Check, Outcome, Variant
 from theory_checks.vr_problems import ridge, ridge_arrays, run, single_threaded, sq_dist
 
@@ -101,7 +102,7 @@ class _DOREModelCompressed(DORE):
         alpha, _, _ = self._params(problem.d)
         up = uplink_with_memory(C, problem.grad(state.x), state.h_i, state.h, alpha, comm, t)
         x = state.x - self.gamma * up.g
-        packet = CD.encode(x[None, :], comm.server_rng(t, tag=TAG_DORE_DOWN))
+        packet = CD.encode(x[None, :], comm.server_rng(t, tag=tags.DORE_DOWN))
         x_hat = comm.broadcast(packet, CD)
         return DOREState(x=x_hat, t=t + 1, h_i=up.h_i, h=up.h, e=state.e), {"H": up.H, "E": 0.0}
 
@@ -215,7 +216,7 @@ class _DegradedMCM(MCM):
         C, CD, t = self.compressor, self.down_compressor, state.t
         a_up, a_dn = self._rates(problem.d)
         H = state.H_i[0]
-        packet = CD.encode((state.x - H)[None, :], comm.server_rng(t, tag=TAG_MCM_DOWN))
+        packet = CD.encode((state.x - H)[None, :], comm.server_rng(t, tag=tags.MCM_DOWN))
         omega = comm.broadcast(packet, CD)
         w_hat = H + omega
         up = uplink_with_memory(C, problem.grad(w_hat), state.h_i, state.h, a_up, comm, t)

@@ -20,6 +20,7 @@ from algorithms.dcgd import DCGD
 from algorithms.diana import DIANA
 from algorithms.marina import MARINA
 from compressors import parse_spec
+from streams import tags
 from theory_checks.base import Check, Outcome, Variant
 from theory_checks.vr_problems import (
     MeanSE,
@@ -297,7 +298,7 @@ class SharedNoiseComm(SimulatedComm):
     indices and the compressors' draws are common to all nodes), so the noise of identical
     nodes does not average out."""
 
-    def rng(self, t: int, shared: bool = False, tag: int = 0):
+    def rng(self, t: int, shared: bool = False, tag: int = tags.DEFAULT):
         return super().rng(t, shared=True, tag=tag)
 
 

@@ -36,6 +36,7 @@ from algorithms.diana_plus import DIANAPlus
 from algorithms.stepsizes import matrix_smoothness as steps
 from compressors import parse_spec
 from problems.least_squares import LeastSquares
+from streams import tags
 from theory_checks.base import Check, Outcome, Variant
 from theory_checks.vr_problems import single_threaded
 
@@ -52,7 +53,7 @@ def scaled_least_squares(
 ) -> LeastSquares:
     """Least squares with Gaussian features, column ``j`` scaled by ``10^(-decay j/(d-1))``
     (so ``diag(L_i)`` spans ``10^(2 decay)``), noisy targets, ``x^0 = 0``."""
-    rng = np.random.default_rng([seed, 0x5A17])
+    rng = np.random.default_rng([seed, tags.MATRIX_SMOOTHNESS])
     A = rng.standard_normal((n * m, d)) * 10.0 ** (-decay * np.arange(d) / (d - 1))
     b = A @ rng.standard_normal(d) + 0.5 * rng.standard_normal(n * m)
     return LeastSquares(A, b, np.full(n, m), lam=lam, x0="zeros")

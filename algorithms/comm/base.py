@@ -19,11 +19,11 @@ import torch
 
 from compressors import Compressor, Packet
 from streams import Streams
+from streams.tags import DEFAULT
+from streams.tags import NODE as TAG_NODE
+from streams.tags import SERVER as TAG_SERVER
+from streams.tags import SHARED as TAG_SHARED
 
-# Stream tags: each use of randomness draws from its own family of streams.
-TAG_NODE = 0x4E0D
-TAG_SHARED = 0x5A4D
-TAG_SERVER = 0x5E2F
 # The flag that tells the server which of two messages a node sent (EF21+).
 CHOICE_FLAG_BITS = 1
 
@@ -98,14 +98,14 @@ class Comm:
         return other
 
     # ------------------------------------------------------------ randomness
-    def rng(self, t: int, shared: bool = False, tag: int = 0) -> Streams:
+    def rng(self, t: int, shared: bool = False, tag: int = DEFAULT) -> Streams:
         """Streams for the held rows at step ``t``: private, keyed by ``(seed, t, node)``, or
         shared by all nodes, keyed by ``(seed, t)`` (``tag`` separates independent uses)."""
         if shared:
             return Streams.shared(self.seed, self.m, TAG_SHARED, tag, t, nodes=self.nodes)
         return Streams.for_nodes(self.seed, self.nodes, TAG_NODE, tag, t)
 
-    def rng_for(self, compressor: Compressor, t: int, tag: int = 0) -> Streams:
+    def rng_for(self, compressor: Compressor, t: int, tag: int = DEFAULT) -> Streams:
         """The streams ``compressor`` needs: shared when it declares shared randomness; for a
         deterministic compressor, which draws nothing, fixed keys (no key derivation per step)."""
         if compressor.deterministic:
@@ -114,14 +114,14 @@ class Comm:
             return self._fixed
         return self.rng(t, shared=compressor.shared_randomness, tag=tag)
 
-    def coin(self, t: int, p: float, tag: int = 0) -> bool:
+    def coin(self, t: int, p: float, tag: int = DEFAULT) -> bool:
         """A Bernoulli(p) coin shared by every node and the server (MARINA's ``c_k``)."""
         if p >= 1.0:
             return True
         u = Streams.shared(self.seed, 1, TAG_SERVER, tag, t).uniform(1)
         return bool(u[0, 0] < p)
 
-    def server_rng(self, t: int, tag: int = 0) -> Streams:
+    def server_rng(self, t: int, tag: int = DEFAULT) -> Streams:
         """One stream for the server's own draws (e.g. downlink compression), the same on every
         process."""
         return Streams.shared(self.seed, 1, TAG_SERVER, tag, t, nodes=[0])

@@ -72,6 +72,7 @@ import torch
 from algorithms.comm.torch_dist import TorchDistComm
 from compressors import Compressor
 from compressors.registry import parse_spec
+from streams import tags
 
 __all__ = [
     "ERROR_FEEDBACK",
@@ -85,8 +86,8 @@ __all__ = [
 log = logging.getLogger("compzoo.ddp_hook")
 
 ERROR_FEEDBACK = ("none", "ef14", "ef21")
-# Layerwise tags live far above any bucket index, so the two modes never share a stream.
-LAYER_TAG_BASE = 1 << 40
+# Layerwise tags (from tags.DDP_LAYER) live far above any bucket index, so the two modes never
+# share a stream.
 MAX_LAYERS = 1 << 20
 
 
@@ -101,7 +102,7 @@ def stream_tag(bucket: int, layer: int | None = None) -> int:
         return int(bucket)
     if not 0 <= layer < MAX_LAYERS:
         raise ValueError(f"layer must be in [0, {MAX_LAYERS}), got {layer}")
-    return LAYER_TAG_BASE + int(bucket) * MAX_LAYERS + int(layer)
+    return tags.DDP_LAYER + int(bucket) * MAX_LAYERS + int(layer)
 
 
 @dataclass(eq=False)

@@ -2,12 +2,11 @@
 
 from algorithms.robust.aggregators import AGGREGATORS, aggregate
 from algorithms.robust.attacks import ATTACKS, attack
-from algorithms.robust.options import BYZ_OPTIONS, BYZ_REPORTS, ByzantineAlgorithm
+from algorithms.robust.options import BYZ_REPORTS, ByzantineAlgorithm
 
 __all__ = [
     "AGGREGATORS",
     "ATTACKS",
-    "BYZ_OPTIONS",
     "BYZ_REPORTS",
     "ByzantineAlgorithm",
     "aggregate",

@@ -28,41 +28,25 @@ from typing import ClassVar
 
 import torch
 
-from algorithms.base import Algorithm, Option, check_choice
+from algorithms.base import Algorithm, option
 from algorithms.robust.aggregators import AGGREGATORS, aggregate
 from algorithms.robust.attacks import ATTACKS, attack
+from streams.tags import BYZ_BUCKET as TAG_BUCKET
 
 __all__ = [
     "AGG_C",
-    "BYZ_OPTIONS",
     "BYZ_REPORTS",
     "ByzantineAlgorithm",
     "TAG_BUCKET",
     "theory_counts",
 ]
 
-# Stream tag of the server's bucketing permutation.
-TAG_BUCKET = 0xB2C7
 
 #: The ``c`` of (delta, c)-robustness the theory steps use by default: the coauthors' notebook
 #: (Nikosimus/CC-for-BR-Learning ``Experiments.ipynb``) writes ``8 c delta`` as
 #: ``8 * (256/15) * K/n`` for bucketed CM/GM (s = 2).
 AGG_C = 256.0 / 15.0
 
-BYZ_OPTIONS: dict[str, Option] = {
-    "byzantine": Option(int, 0, "number K of Byzantine nodes (the last K node ids)"),
-    "attack": Option(str, "none", "Byzantine attack", choices=ATTACKS),
-    "aggregator": Option(str, "cm", "robust aggregator of the nodes' messages", AGGREGATORS),
-    "bucket": Option(int, 2, "bucket size s of the bucketing wrapper (1: no bucketing)"),
-    "ipm_eps": Option(float, 0.1, "IPM attack: Byzantine nodes send -eps * honest mean"),
-    "alie_z": Option(float, None, "ALIE attack's z (default: z_max of Baruch et al. from n, K)"),
-    "gm_iters": Option(int, 8, "geometric median: smoothed Weiszfeld iterations"),
-    "gm_nu": Option(float, 0.1, "geometric median: smoothing nu of the Weiszfeld weights"),
-    "krum_m": Option(int, 1, "Krum: number of selected messages averaged"),
-    "cc_tau": Option(float, 10.0, "centred clipping: radius tau"),
-    "cc_iters": Option(int, 3, "centred clipping: iterations from the previous output"),
-    "agg_c": Option(float, AGG_C, "the aggregator's c of (delta, c)-robustness in the theory step"),
-}
 BYZ_REPORTS = ("f_honest", "grad_norm_sq_honest")
 
 
@@ -87,20 +71,21 @@ _FLIPPED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 class ByzantineAlgorithm(Algorithm):
     """Base of the Byzantine-robust methods: the shared options (see module docstring)."""
 
-    byzantine: int = 0
-    attack: str = "none"
-    aggregator: str = "cm"
-    bucket: int = 2
-    ipm_eps: float = 0.1
-    alie_z: float | None = None
-    gm_iters: int = 8
-    gm_nu: float = 0.1
-    krum_m: int = 1
-    cc_tau: float = 10.0
-    cc_iters: int = 3
-    agg_c: float = AGG_C
+    byzantine: int = option(0, "number K of Byzantine nodes (the last K node ids)")
+    attack: str = option("none", "Byzantine attack", choices=ATTACKS)
+    aggregator: str = option("cm", "robust aggregator of the nodes' messages", choices=AGGREGATORS)
+    bucket: int = option(2, "bucket size s of the bucketing wrapper (1: no bucketing)")
+    ipm_eps: float = option(0.1, "IPM attack: Byzantine nodes send -eps * honest mean")
+    alie_z: float | None = option(
+        None, "ALIE attack's z (default: z_max of Baruch et al. from n, K)"
+    )
+    gm_iters: int = option(8, "geometric median: smoothed Weiszfeld iterations")
+    gm_nu: float = option(0.1, "geometric median: smoothing nu of the Weiszfeld weights")
+    krum_m: int = option(1, "Krum: number of selected messages averaged")
+    cc_tau: float = option(10.0, "centred clipping: radius tau")
+    cc_iters: int = option(3, "centred clipping: iterations from the previous output")
+    agg_c: float = option(AGG_C, "the aggregator's c of (delta, c)-robustness in the theory step")
 
-    options: ClassVar[dict[str, Option]] = BYZ_OPTIONS
     reports: ClassVar[tuple[str, ...]] = BYZ_REPORTS
 
     def __post_init__(self) -> None:
@@ -108,8 +93,6 @@ class ByzantineAlgorithm(Algorithm):
         k = self.byzantine
         if isinstance(k, bool) or not isinstance(k, int) or k < 0:
             raise ValueError(f"byzantine must be an integer >= 0, got {k!r}")
-        check_choice("attack", self.attack, ATTACKS)
-        check_choice("aggregator", self.aggregator, AGGREGATORS)
         for name in ("bucket", "gm_iters", "krum_m", "cc_iters"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:

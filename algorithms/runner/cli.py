@@ -17,6 +17,7 @@ from typing import Any
 
 from algorithms.registry import ALGORITHMS, ALIASES
 from algorithms.runner.common import RESUME_OVERRIDES, BadInput
+from algorithms.runner.config import RunConfig, add_run_flags, parse_bool
 from compressors import COMPRESSORS
 from streams.suggest import did_you_mean
 
@@ -51,151 +52,116 @@ def method_options() -> dict[str, tuple[str, Any]]:
     return out
 
 
+def own_flags(cls) -> list[str]:
+    """A method's option flags as written on the command line (``--init``, ``--regime``)."""
+    return [f"--{(o.flag or k).replace('_', '-')}" for k, o in cls.options.items()
+            if k != "down_compressor"]  # fmt: skip
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse with a short error: one line naming the bad flag or value, a close flag name
     for a mistyped one, and where the help is (not the whole usage of every flag)."""
 
-    def error(self, message: str):
+    method: str | None = None
+    method_cls: type | None = None
+
+    def describe(self, message: str) -> str:
+        """The error ``message`` as the user reads it: a flag of another method says so and
+        names this method's own; a mistyped flag gets the closest names."""
         unknown = re.match(r"unrecognized arguments: (.*)", message)
-        if unknown:
-            flags = [o[2:] for o in self._option_string_actions if o.startswith("--")]
-            for tok in unknown.group(1).split():
-                if tok.startswith("--"):
-                    message += did_you_mean(tok[2:].split("=", 1)[0], flags, prefix="--")
-                    break
-        self.exit(2, f"{self.prog}: error: {message}; see --help\n")
+        if not unknown:
+            return message
+        tok = next((t for t in unknown.group(1).split() if t.startswith("--")), None)
+        if tok is None:
+            return message
+        flag = tok[2:].split("=", 1)[0]
+        if self.method_cls is not None and flag.replace("-", "_") in method_options():
+            own = ", ".join(own_flags(self.method_cls)) or "none"
+            return f"--{flag} does not apply to {self.method}; its options: {own}"
+        flags = [o[2:] for o in self._option_string_actions if o.startswith("--")]
+        return message + did_you_mean(flag, flags, prefix="--")
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {self.describe(message)}; see --help\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def parse_run(argv: list[str]) -> RunConfig:
+    """A command line as a :class:`RunConfig` (the parser of its method: argparse's errors
+    exit 2 with the message)."""
+    return RunConfig.from_namespace(build_parser(method_in(argv)).parse_args(argv), argv)
+
+
+def method_in(argv: list[str]) -> str | None:
+    """The ALGORITHM of a command line: its first word that is neither a flag nor a flag's
+    value (every method option takes a value, as do the common flags but the on/off ones)."""
+    switches = {a.option_strings[0] for a in build_parser()._actions
+                if a.nargs == 0 and a.option_strings}  # fmt: skip
+    skip = False
+    for tok in argv:
+        if skip:
+            skip = False
+            continue
+        if tok == "--":
+            continue
+        if tok.startswith("-"):
+            skip = "=" not in tok and tok.split("=", 1)[0] not in switches
+            continue
+        return tok
+    return None
+
+
+def build_parser(
+    method: str | type | None = None, *, every: bool = False
+) -> argparse.ArgumentParser:
+    """The runner's parser: the common flags, and the options of ``method`` (a registry name or
+    an :class:`algorithms.base.Algorithm` class) or, with ``every``, of every registered method
+    (what a sweep config may name). Without either it has the common flags only, and says how
+    to see a method's."""
+    cls = None
+    if isinstance(method, str):
+        key = ALIASES.get(method, method)
+        cls = ALGORITHMS[key] if key in ALGORITHMS else None
+    elif isinstance(method, type):
+        cls = method
+    name = method if isinstance(method, str) else getattr(cls, "__name__", None)
     ap = _Parser(
         prog="python -m algorithms.run",
-        description="Run one communication-compressed method on one problem.",
-    )
+        usage=f"python -m algorithms.run {name if cls is not None else 'ALGORITHM'} [options]",
+        description="Run one communication-compressed method on one problem."
+        + (f" {name}: {first_sentence(cls)}" if cls is not None else ""),
+        epilog=None if (cls is not None or every) else
+        "A method's own options: python -m algorithms.run METHOD --help (e.g. ef21 --help); "
+        "every method, compressor, problem and data set: python -m algorithms.run --list.",
+    )  # fmt: skip
+    ap.method, ap.method_cls = name, cls
     ap.add_argument("algorithm", nargs="?", help="registry name (see --list)")
-    ap.add_argument("--list", action="store_true", help="list algorithms, compressors, problems")
-    g = ap.add_argument_group("method")
-    g.add_argument("--compressor", default="identity", help="compressor SPEC, e.g. topk:k=10")
-    g.add_argument("--down-compressor", default=None, help="downlink SPEC (bidirectional)")
-    g.add_argument("--step", default="theory", help="'theory' or a positive float")
-    g.add_argument("--step-mult", type=float, default=1.0, help="multiplies the step")
-    g.add_argument(
-        "--force-compressor",
-        action="store_true",
-        help="accept a compressor outside the class the method's theory assumes",
+    groups = {"": ap, "method": ap.add_argument_group("method")}
+    if every:
+        chosen = method_options()
+    elif cls is not None:
+        chosen = {(o.flag or k): (k, o) for k, o in cls.options.items() if k != "down_compressor"}
+    else:
+        chosen = {}
+    own = ap.add_argument_group(f"{name}'s options") if cls is not None else groups["method"]
+    groups["problem"], groups["run"] = (
+        ap.add_argument_group("problem"),
+        ap.add_argument_group("run"),
     )
-    for flag, (name, opt) in method_options().items():
-        users = sorted(k for k, c in ALGORITHMS.items() if name in c.options)
+    add_run_flags(ap, groups)
+    for flag, (field_name, opt) in chosen.items():
         kw: dict[str, Any] = {
             "default": None,
-            "dest": f"opt_{name}",
-            "help": f"{opt.help} [{', '.join(users)}]",
+            "dest": f"opt_{field_name}",
+            "help": opt.help + (f" (default: {opt.default})" if opt.default is not None else ""),
             "type": parse_bool if opt.type is bool else opt.type,
         }
         if opt.choices:
             kw["choices"] = opt.choices
-        g.add_argument(f"--{flag.replace('_', '-')}", **kw)
-    p = ap.add_argument_group("problem")
-    p.add_argument("--problem", default="quadratic", help="problem name (see --list)")
-    p.add_argument("--dataset", default=None, help="synthetic, a bundled set, libsvm:PATH, ...")
-    p.add_argument(
-        "--split",
-        default="contiguous",
-        help="contiguous|contiguous:last|contiguous:drop|contiguous:array|iid|sorted|"
-        "dirichlet:ALPHA (the papers' conventions: python -m problems --help)",
-    )
-    p.add_argument(
-        "--nodes", type=int, default=None, help="number of nodes n (default 10; under torchrun "
-        "the world size)"
-    )  # fmt: skip
-    p.add_argument("--lambda", dest="lam", type=float, default=None, help="regularization")
-    p.add_argument(
-        "--x0",
-        default="default",
-        help="default|zeros|ones|randn[:SCALE] (randn: x0 ~ N(0, SCALE^2 I) from --seed)",
-    )
-    p.add_argument(
-        "--problem-opt",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a problem knob (repeatable), see --list",
-    )
-    r = ap.add_argument_group("run")
-    r.add_argument("--iters", type=int, default=1000, help="iterations T")
-    r.add_argument(
-        "--max-bits", type=float, default=None, help="stop at this many uplink bits per node"
-    )
-    r.add_argument(
-        "--tol",
-        type=float,
-        default=None,
-        help="stop when the --tol-on value is below this (checked at logged iterations)",
-    )
-    r.add_argument("--tol-on", choices=("grad_norm_sq", "f_gap"), default="grad_norm_sq")
-    r.add_argument("--seed", type=int, default=0)
-    r.add_argument("--device", default="cpu", help="cpu, cuda or cuda:INDEX")
-    r.add_argument("--dtype", choices=("float64", "float32"), default=None)
-    r.add_argument(
-        "--float-bits", type=int, default=32, help="wire width of a float: 16, 32 or 64 bits"
-    )
-    r.add_argument(
-        "--count-init-bits",
-        type=parse_bool,
-        default=True,
-        metavar="yes|no",
-        help="count the bits a method sends at initialisation (e.g. the full grad f_i(x^0) of "
-        "EF21 --init full, MARINA, DASHA) in bits_up/bits_down (default yes; the EF21 code: no)",
-    )
-    r.add_argument("--log-every", type=int, default=None, help="log every K iterations")
-    r.add_argument("--out", default=None, help="run folder (default: runs/NAME-TIME)")
-    r.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="replace the run in a non-empty --out (removes its config, history, summary and "
-        "checkpoint; other files are left alone)",
-    )
-    r.add_argument("--quiet", action="store_true", help="no progress bar")
-    r.add_argument(
-        "--backend",
-        choices=("gloo", "nccl"),
-        default=None,
-        help="torch.distributed backend under torchrun (default: nccl on cuda, else gloo)",
-    )
-    r.add_argument(
-        "--checkpoint-every",
-        type=int,
-        default=None,
-        metavar="K",
-        help="save the whole run state every K iterations (and at the end) to OUT/checkpoint",
-    )
-    r.add_argument(
-        "--resume",
-        default=None,
-        metavar="DIR",
-        help="continue the run in DIR from its checkpoint (may change: "
-        + ", ".join("--" + k.replace("_", "-") for k in RESUME_OVERRIDES)
-        + ")",
-    )
-    r.add_argument(
-        "--layerwise",
-        action="store_true",
-        help="compress each parameter tensor separately (deep-net problems)",
-    )
-    r.add_argument(
-        "--timeout",
-        type=float,
-        default=300.0,
-        help="seconds a collective may wait under torchrun before the run fails",
-    )
+        if every:
+            users = sorted(k for k, c in ALGORITHMS.items() if field_name in c.options)
+            kw["help"] = f"{opt.help} [{', '.join(users)}]"
+        own.add_argument(f"--{flag.replace('_', '-')}", **kw)
     return ap
-
-
-def parse_bool(v: str) -> bool:
-    if v.lower() in ("1", "true", "yes"):
-        return True
-    if v.lower() in ("0", "false", "no"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected yes|no|true|false|1|0, got {v!r}")
 
 
 # Words that end in a full stop without ending the sentence.
@@ -321,7 +287,7 @@ def given_options(ap: argparse.ArgumentParser, tokens: list[str]) -> set[str]:
     return out
 
 
-def resume_args(tokens: list[str], args: argparse.Namespace) -> argparse.Namespace:
+def resume_args(tokens: list[str], args: RunConfig) -> RunConfig:
     """The arguments of the run in ``args.resume``, with the overrides ``tokens`` give."""
     if not args.resume.strip():
         raise BadInput("--resume is empty; give the folder of a run (the --out of a run)")
@@ -344,7 +310,7 @@ def resume_args(tokens: list[str], args: argparse.Namespace) -> argparse.Namespa
             f"--resume: {str(cfg)!r} is not a run's config ({type(e).__name__}: {e}); "
             "it cannot be resumed"
         ) from None
-    ap = build_parser()
+    ap = build_parser(method_in(argv))
     given = given_options(ap, tokens) - {"resume"}
     others = sorted(given - set(RESUME_OVERRIDES))
     if others or args.algorithm is not None:
@@ -355,10 +321,9 @@ def resume_args(tokens: list[str], args: argparse.Namespace) -> argparse.Namespa
             f"got {bad}"
         )
     try:
-        new = ap.parse_args(argv)
+        new = RunConfig.from_namespace(ap.parse_args(argv), argv)
     except SystemExit:
         raise BadInput(f"--resume: the argv in {str(cfg)!r} does not parse") from None
-    new._argv = argv
     for key in given:
         setattr(new, key, getattr(args, key))
     new.nodes, new.log_every = nodes, log_every

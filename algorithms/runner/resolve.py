@@ -16,8 +16,9 @@ import torch
 
 from algorithms.base import Algorithm
 from algorithms.registry import get_algorithm
-from algorithms.runner.cli import check_run_options, method_options, parse_knobs
+from algorithms.runner.cli import check_run_options, own_flags, parse_knobs
 from algorithms.runner.common import BadInput
+from algorithms.runner.config import RunConfig
 from compressors import Blockwise, Compressor, parse_spec
 
 
@@ -72,8 +73,10 @@ def versions() -> dict[str, str]:
     return out
 
 
-def configure(args, objects: dict[str, Any] | None = None) -> tuple[Algorithm, Any, dict[str, Any]]:
-    """Resolve the command line into a method, a problem and the config record. ``objects``
+def configure(
+    args: RunConfig, objects: dict[str, Any] | None = None
+) -> tuple[Algorithm, Any, dict[str, Any]]:
+    """Resolve a run's configuration into a method, a problem and the config record. ``objects``
     (from :func:`algorithms.api.run`) may give the method's class (``"algorithm"``), a
     compressor and a problem as objects instead of names."""
     from problems.registry import make_problem
@@ -124,15 +127,13 @@ def configure(args, objects: dict[str, Any] | None = None) -> tuple[Algorithm, A
             )
         compressor = Blockwise.for_sizes(compressor, sizes)
     opts: dict[str, Any] = {}
-    for flag, (name, _opt) in method_options().items():
-        val = getattr(args, f"opt_{name}")
+    for name, val in args.method_options.items():
         if val is None:
             continue
         if name not in cls.options:
-            own = [f"--{(o.flag or k).replace('_', '-')}" for k, o in cls.options.items()]
             raise BadInput(
-                f"--{flag.replace('_', '-')} does not apply to {args.algorithm}; "
-                f"its options: {', '.join(own) or 'none'}"
+                f"--{name.replace('_', '-')} does not apply to {args.algorithm}; "
+                f"its options: {', '.join(own_flags(cls)) or 'none'}"
             )
         opts[name] = val
     if args.down_compressor is not None:
@@ -141,8 +142,9 @@ def configure(args, objects: dict[str, Any] | None = None) -> tuple[Algorithm, A
                 f"--down-compressor does not apply to {args.algorithm}: it compresses uplink only"
             )
         opts["down_compressor"] = parse_spec(args.down_compressor)
-    if "horizon" in cls.options and opts.get("horizon") is None:
-        opts["horizon"] = args.iters  # steps whose theorem depends on the horizon T (DCGD)
+    for name, opt in cls.options.items():  # defaults that are a run option (DCGD's horizon T)
+        if opt.from_run and opts.get(name) is None:
+            opts[name] = getattr(args, opt.from_run)
     algo, theory_record = cls.configure(
         problem,
         compressor,
@@ -153,10 +155,10 @@ def configure(args, objects: dict[str, Any] | None = None) -> tuple[Algorithm, A
     )
     consts = problem.consts
     config = {
-        "argv": sys.argv[1:] if getattr(args, "_argv", None) is None else args._argv,
+        "argv": sys.argv[1:] if args.argv is None else args.argv,
         "algorithm": args.algorithm,
         "algorithm_class": cls.__name__,
-        "args": {k: v for k, v in vars(args).items() if not k.startswith("_")},
+        "args": args.record(cls),
         "method": {
             k: (v.spec() if isinstance(v, Compressor) else v) for k, v in algo.params().items()
         },

@@ -10,13 +10,11 @@ import torch
 import torch.distributed as dist
 
 from compressors.fosgd import irwht, padded_dim, rwht
-from streams import Streams
+from streams import Streams, tags
 from systems.hooks.base import CommHook
 from systems.hooks.registry import register
 
 __all__ = ["FOSGD"]
-
-_SIGNS, _DITHER = 0x5157, 0xD17E
 
 
 class FOSGD(CommHook):
@@ -71,7 +69,7 @@ class FOSGD(CommHook):
             y = rwht(buf.to(work)[None], signs)[0]
             lam = y.abs().max()
             p = 0.5 * (1.0 + y / torch.where(lam > 0, lam, 1.0))
-            dither = Streams.for_nodes(self.seed, [self.rank], self._step, index, _DITHER)
+            dither = Streams.for_nodes(self.seed, [self.rank], self._step, index, tags.FOSGD_DITHER)
             u = dither.to(buf.device).uniform(n, dtype=work)[0]
             bits = torch.nn.functional.pad(u < p, (0, -n % 8)).reshape(-1, 8)
             weights = torch.tensor([1, 2, 4, 8, 16, 32, 64, 128], dtype=torch.uint8)
@@ -92,7 +90,7 @@ class FOSGD(CommHook):
 
     def signs(self, n: int, step: int, index: int, device=None, dtype=torch.float32):
         """The transform's signs ``(1, n)`` of a step and bucket, the same on every rank."""
-        words = Streams.shared(self.seed, 1, step, index, _SIGNS, device=device).bits64(n)
+        words = Streams.shared(self.seed, 1, step, index, tags.FOSGD_SIGNS, device=device).bits64(n)
         return 1.0 - 2.0 * (words & 1).to(dtype)
 
 

@@ -132,7 +132,7 @@ def test_problem_options_and_method_options(tmp_path):
         ({"method": "nope"}, "unknown algorithm 'nope'"),
         ({"method": "ef21", "compressor": "nope"}, "unknown compressor 'nope'"),
         ({"method": "ef21", "iters": -1}, "--iters"),
-        ({"method": "ef21", "bogus_flag": 1}, "unrecognized arguments: --bogus-flag"),
+        ({"method": "ef21", "bogus_flag": 1}, "unknown option 'bogus_flag' for ef21"),
         ({"method": "ef21", "checkpoint_every": 5}, "checkpoint_every needs out="),
         ({"method": 3}, "method must be a registered name"),
     ],

@@ -12,10 +12,10 @@ import torch
 from runs import gd, torch_dist_helpers, trajectory
 
 from algorithms.artemis import Artemis
-from algorithms.bidirectional_common import TAG_ARTEMIS_DOWN, TAG_BIDIR_PART
 from algorithms.comm import SimulatedComm
 from algorithms.run import run
 from compressors import parse_spec
+from streams import tags
 
 
 def _reference(algo, problem, state, seed: int, mask=None):
@@ -33,7 +33,7 @@ def _reference(algo, problem, state, seed: int, mask=None):
         else:
             g = sent + (m * state.h_i).sum(0) / (p * n)
         h_i = state.h_i + algo.alpha * m * D
-    Om = CD.decode(CD.encode(g[None, :], comm.server_rng(t, tag=TAG_ARTEMIS_DOWN)))[0]
+    Om = CD.decode(CD.encode(g[None, :], comm.server_rng(t, tag=tags.ARTEMIS_DOWN)))[0]
     return state.x - algo.gamma * Om, h_i
 
 
@@ -48,7 +48,7 @@ def test_one_step_matches_the_reference(ridge, opts):
     comm = SimulatedComm(ridge.n, seed=5)
     mask = None
     if opts:
-        mask = comm.rng(state.t, tag=TAG_BIDIR_PART).uniform(1)[:, 0] < 0.5
+        mask = comm.rng(state.t, tag=tags.BIDIR_PART).uniform(1)[:, 0] < 0.5
         assert 0 < int(mask.sum()) < ridge.n
     new, info = algo.step(state, ridge, comm)
     x, h_i = _reference(algo, ridge, state, 5, mask)
@@ -66,7 +66,7 @@ def test_only_participants_are_charged_uplink(ridge):
     state = algo.init(ridge.x0, ridge, comm)
     sent = torch.zeros(ridge.n, dtype=torch.int64)
     for _ in range(12):
-        mask = comm.rng(state.t, tag=TAG_BIDIR_PART).uniform(1)[:, 0] < 0.5
+        mask = comm.rng(state.t, tag=tags.BIDIR_PART).uniform(1)[:, 0] < 0.5
         sent += mask.to(torch.int64)
         state, info = algo.step(state, ridge, comm)
         assert info.bits_down == CD.bits(d)  # Omega to every node

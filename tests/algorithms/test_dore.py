@@ -12,11 +12,11 @@ import pytest
 import torch
 from runs import gd, torch_dist_helpers, trajectory
 
-from algorithms.bidirectional_common import TAG_DORE_DOWN
 from algorithms.comm import SimulatedComm
 from algorithms.dore import DORE
 from algorithms.run import run
 from compressors import parse_spec
+from streams import tags
 
 
 def test_one_step_matches_the_reference(quad):
@@ -34,7 +34,7 @@ def test_one_step_matches_the_reference(quad):
     ghat = state.h + D.mean(0)
     x_server = state.x - g * ghat
     q = x_server - state.x + eta * e
-    Q = CD.decode(CD.encode(q[None, :], comm.server_rng(4, tag=TAG_DORE_DOWN)))[0]
+    Q = CD.decode(CD.encode(q[None, :], comm.server_rng(4, tag=tags.DORE_DOWN)))[0]
     torch.testing.assert_close(new.x, state.x + b * Q, rtol=0, atol=1e-14)
     torch.testing.assert_close(new.e, q - Q, rtol=0, atol=1e-14)
     torch.testing.assert_close(new.h_i, state.h_i + a * D, rtol=0, atol=1e-14)

@@ -143,8 +143,8 @@ def test_bad_options_and_problems_are_refused(logreg):
         ({"alpha": 1.5}, "alpha must be in"),
         ({"option": 3}, "option must be one of 1, 2"),
         ({"init_mode": "full"}, "init must be one of hessian, zero"),
-        ({"hess_vec": "tril"}, "hess_vec must be one of"),
-        ({"l_norm": "nuc"}, "l_norm must be one of"),
+        ({"hess_vec": "tril"}, "--hess-vec must be one of"),
+        ({"l_norm": "nuc"}, "--l-norm must be one of"),
         ({"mu": -1.0}, "mu must be > 0"),
     ]:
         with pytest.raises(ValueError, match=msg):

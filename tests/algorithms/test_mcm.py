@@ -12,11 +12,11 @@ import pytest
 import torch
 from runs import gd, torch_dist_helpers, trajectory
 
-from algorithms.bidirectional_common import TAG_BIDIR_PART, TAG_MCM_DOWN, TAG_MCM_DOWN_I
 from algorithms.comm import SimulatedComm
 from algorithms.mcm import MCM
 from algorithms.run import run
 from compressors import parse_spec
+from streams import tags
 
 
 def _started(algo, problem):
@@ -37,12 +37,12 @@ def test_one_step_matches_the_reference(ridge, randomized):
     comm, t, a, a_dn = SimulatedComm(ridge.n, seed=9), state.t, algo.alpha, algo.alpha_down
     if randomized:
         diff = state.x[None, :] - state.H_i
-        Om = CD.decode(CD.encode(diff, comm.rng(t, tag=TAG_MCM_DOWN_I)))
+        Om = CD.decode(CD.encode(diff, comm.rng(t, tag=tags.MCM_DOWN_I)))
         assert not torch.allclose(Om[0], Om[1])  # an independent draw per node
     else:
         assert torch.equal(state.H_i[0], state.H_i[-1])  # one common memory
         diff = (state.x - state.H_i[0])[None, :]
-        Om = CD.decode(CD.encode(diff, comm.server_rng(t, tag=TAG_MCM_DOWN))).expand_as(state.H_i)
+        Om = CD.decode(CD.encode(diff, comm.server_rng(t, tag=tags.MCM_DOWN))).expand_as(state.H_i)
     w_hat = state.H_i + Om
     D = C.decode(C.encode(ridge.grad(w_hat) - state.h_i, comm.rng_for(C, t)))
     g = state.h + D.mean(0)
@@ -61,7 +61,7 @@ def test_rand_mcm_charges_each_participant_its_own_downlink(ridge):
     state = algo.init(ridge.x0, ridge, comm)
     sent = torch.zeros(ridge.n, dtype=torch.int64)
     for _ in range(10):
-        mask = comm.rng(state.t, tag=TAG_BIDIR_PART).uniform(1)[:, 0] < 0.5
+        mask = comm.rng(state.t, tag=tags.BIDIR_PART).uniform(1)[:, 0] < 0.5
         old = state.H_i
         state, _ = algo.step(state, ridge, comm)
         assert torch.equal(state.H_i[~mask], old[~mask])  # only participants move H_i

@@ -23,12 +23,12 @@ from algorithms.marina import MARINA
 from algorithms.pp_marina import PPMARINA
 from algorithms.registry import ALGORITHMS
 from algorithms.run import run
-from algorithms.vr_common import TAG_BATCH
 from algorithms.vr_marina import VRMARINA
 from compressors import parse_spec
 from problems.instances import heterogeneous_ridge
 from problems.least_squares import LeastSquares
 from problems.registry import make_problem
+from streams import tags
 
 UNBIASED = [DIANA, MARINA, VRMARINA, PPMARINA, DASHA, DASHAPAGE, DASHAMVR, DASHASYNCMVR]
 ALL = [*UNBIASED, CompAMS]
@@ -344,7 +344,7 @@ def test_minibatches_are_drawn_from_each_nodes_stream(ridge):
     xs, _, _, comm = trajectory(algo, ridge, 10, seed=3)
     x = ridge.x0.clone()
     for t in range(10):
-        batch = ridge.sample(comm.rng(t, tag=TAG_BATCH), 3)
+        batch = ridge.sample(comm.rng(t, tag=tags.BATCH), 3)
         x = x - 0.05 * ridge.grad(x, batch).mean(dim=0)
         torch.testing.assert_close(xs[t + 1], x, rtol=0, atol=1e-12)
     assert not torch.allclose(xs[-1], gd(ridge, 0.05, 10)[-1], atol=1e-6)

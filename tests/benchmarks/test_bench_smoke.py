@@ -8,10 +8,10 @@ import torch
 from algorithms.comm import SimulatedComm
 from algorithms.ef21 import EF21State
 from algorithms.registry import ALGORITHMS
-from algorithms.vr_common import TAG_COIN
 from benchmarks import bandwidth, baselines, report
 from compressors import parse_spec
 from problems.logreg_nonconvex import LogRegNonconvex
+from streams import tags
 
 
 def _iter_row(**kw):
@@ -184,7 +184,7 @@ def test_baselines_follow_the_methods_maths():
     np.testing.assert_allclose(x, base, atol=1e-14)
     a, x = ours("marina", f"randk:k={d}", p=0.5)
     comm = SimulatedComm(n, seed=0)
-    syncs = [comm.coin(t, 0.5, tag=TAG_COIN) for t in range(T)]
+    syncs = [comm.coin(t, 0.5, tag=tags.COIN) for t in range(T)]
     assert syncs == [False, False, True, True, False, False]
     base = baselines.marina_randk(An, bn, x0, a.gamma, d, syncs, lam, T)
     np.testing.assert_allclose(x, base, atol=1e-14)

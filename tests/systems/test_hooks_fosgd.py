@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from compressors.fosgd import irwht, padded_dim, rwht
-from streams import Streams
+from streams import Streams, tags
 from systems.hooks import make_hook
 from tests.systems.ddp_harness import run_ddp
 from tests.systems.test_hooks_vgc import paired_calls, record_run
@@ -33,7 +33,7 @@ def fosgd_reference(group, seed: int):
     n = padded_dim(d)
     H = hadamard(n) / math.sqrt(n)
     step, index = call["step"], call["index"]
-    words = Streams.shared(seed, 1, step, index, 0x5157).bits64(n)[0]
+    words = Streams.shared(seed, 1, step, index, tags.FOSGD_SIGNS).bits64(n)[0]
     s = 1.0 - 2.0 * (words & 1).double()
     qs = []
     for w, c in enumerate(group):
@@ -41,7 +41,8 @@ def fosgd_reference(group, seed: int):
         x[:d] = c["input"].double()
         y = H @ (s * x)
         lam = y.abs().max()
-        u = Streams.for_nodes(seed, [w], step, index, 0xD17E).uniform(n, dtype=torch.float32)[0]
+        dither = Streams.for_nodes(seed, [w], step, index, tags.FOSGD_DITHER)
+        u = dither.uniform(n, dtype=torch.float32)[0]
         b = u.double() < 0.5 * (1 + y / lam)
         qs.append(lam * (2.0 * b.double() - 1.0))
     return (s * (H @ torch.stack(qs).mean(0)))[:d], s
