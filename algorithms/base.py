@@ -246,6 +246,9 @@ class Algorithm:
             compressor class the theory assumes (``contractive`` also accepts unbiased ones through
             ``delta = 1/(omega+1)`` only if the method's paper does; by default it needs
             ``delta`` declared).
+        requires: the problem capabilities the method needs beyond gradients
+            (:mod:`problems.capabilities`: ``hessians``, ``server_data``,
+            ``smoothness_matrices``), checked by :meth:`configure` before anything runs.
         stochastic: the method uses minibatches (``batch_size``).
         options: the hyperparameters beyond ``gamma`` and the compressor, read from the fields
             declared with :func:`option` (a value outside an option's choices is refused by
@@ -257,6 +260,7 @@ class Algorithm:
     gamma: float
 
     needs: ClassVar[str] = "any"
+    requires: ClassVar[tuple[str, ...]] = ()
     stochastic: ClassVar[bool] = False
     options = _Options()  # (not a field: no annotation)
     reports: ClassVar[tuple[str, ...]] = ()
@@ -303,6 +307,10 @@ class Algorithm:
 
         Returns the method and a record for ``config.json``.
         """
+        if cls.requires:
+            from problems import capabilities
+
+            capabilities.check(cls.__name__, problem, cls.requires)
         compressor = compressor.bind(problem.n)
         check_compressor(cls.__name__, cls.needs, compressor, problem.d, force)
         unknown = set(opts) - set(cls.options)

@@ -139,6 +139,7 @@ class CAFeS(Algorithm):
     """
 
     needs: ClassVar[str] = "contractive"
+    requires: ClassVar[tuple[str, ...]] = ("server_data",)
     reports: ClassVar[tuple[str, ...]] = ("resid",)
 
     @classmethod
@@ -151,12 +152,6 @@ class CAFeS(Algorithm):
             source=SOURCE + "; step derived for this library (algorithms/stepsizes/cafe.py): "
             "the paper's theorem was not available",
         )
-
-    @classmethod
-    def configure(cls, problem, compressor, **kw):
-        if not problem.has_server_data:
-            problem.server_grad(problem.x0)  # its ValueError names how to give the server data
-        return super().configure(problem, compressor, **kw)
 
     def init(self, x0, problem, comm: Comm) -> State:
         return State(x=x0.clone(), t=0)

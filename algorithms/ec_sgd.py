@@ -10,6 +10,7 @@ import torch
 from algorithms import stepsizes
 from algorithms.base import Algorithm, State, Theory, check_count, option
 from algorithms.comm.base import Comm
+from algorithms.error_feedback import compensate_, ef14_send
 from algorithms.vr_common import need
 from streams import tags
 
@@ -28,11 +29,7 @@ class ECState(State):
 def ec_send(state_e_i: torch.Tensor, step_i: torch.Tensor, C, comm: Comm, t: int):
     """Error compensation's message: ``v_i = e_i + step_i`` (``step_i`` a fresh buffer, reused
     for ``e_i^{t+1}``), node ``i`` sends ``C(v_i)``. Returns ``(mean_i C(v_i), e_i^{t+1})``."""
-    v_i = step_i.add_(state_e_i)
-    packet = C.encode(v_i, comm.rng_for(C, t))
-    c_i = C.decode(packet)
-    mean = comm.reduce(packet, C, decoded=c_i)
-    return mean, v_i.sub_(c_i)
+    return ef14_send(C, comm, t, compensate_(step_i, state_e_i))
 
 
 def ec_theory(problem, compressor, batch: int | None) -> tuple[dict, float | None]:

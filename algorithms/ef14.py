@@ -10,6 +10,7 @@ import torch
 from algorithms.base import Algorithm, State, Theory, check_count, option
 from algorithms.comm.base import Comm
 from algorithms.ef21 import ef21_theory
+from algorithms.error_feedback import compensate_, ef14_send
 from streams import tags
 
 REGIMES = ("auto", "nonconvex", "pl")
@@ -78,10 +79,8 @@ class EF14(Algorithm):
         if self.batch_size is not None:
             batch = problem.sample(comm.rng(t, tag=tags.EF14_BATCH), self.batch_size)
         # e_i + gamma grad f_i, built in the fresh gradient's buffer, which becomes e_i^{t+1}
-        p_i = problem.grad(state.x, batch).mul_(self.gamma).add_(state.e_i)
-        packet = C.encode(p_i, comm.rng_for(C, t))
-        v_i = C.decode(packet)
-        x = state.x - comm.reduce(packet, C, decoded=v_i)
-        e_i = p_i.sub_(v_i)
+        p_i = compensate_(problem.grad(state.x, batch).mul_(self.gamma), state.e_i)
+        mean, e_i = ef14_send(C, comm, t, p_i)
+        x = state.x - mean
         E = comm.monitor_mean(torch.linalg.vector_norm(e_i, dim=1) ** 2)
         return EF14State(x=x, t=t + 1, e_i=e_i), {"E": E}

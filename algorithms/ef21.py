@@ -16,6 +16,7 @@ from algorithms.base import (
     option,
 )
 from algorithms.comm.base import Comm
+from algorithms.error_feedback import ef21_update  # noqa: F401  (its variants import it here)
 
 INITS = ("full", "compressed", "zero")
 
@@ -62,37 +63,6 @@ def borrowed_ef21_theory(problem, compressor, opts, method: str, note: str = "")
         inputs=th.inputs,
         source=th.source + f"; {method}'s own constants are unverified, arXiv 2110.03294",
     )
-
-
-def ef21_update(
-    C,
-    target_i: torch.Tensor,
-    g_i: torch.Tensor,
-    g: torch.Tensor,
-    comm: Comm,
-    t: int,
-    mask: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, float]:
-    """The EF21 estimator update shared by its variants (arXiv 2106.05203, Alg. 2 lines 5-7):
-    node ``i`` sends ``c_i = C(target_i - g_i)``, ``g_i += c_i``, and the server adds
-    ``(1/n) sum_i c_i`` to ``g``. With ``mask`` (partial participation) only the nodes in it
-    send, and the others keep ``g_i``. Returns ``(g_i, g, G)`` with
-    ``G = mean_i ||g_i - target_i||^2``.
-
-    ``target_i`` is a fresh gradient owned by the caller and is overwritten (with the
-    difference, then the error ``target_i - g_i^{t+1}``): the update then holds, besides the
-    old ``g_i``, only that buffer and the decoded message, which becomes the new ``g_i``."""
-    diff = target_i.sub_(g_i)
-    packet = C.encode(diff, comm.rng_for(C, t))
-    c_i = C.decode(packet)
-    weight = None
-    if mask is not None:
-        c_i.masked_fill_(~mask[:, None], 0.0)
-        weight = mask.to(c_i.dtype) / comm.n
-    g = g + comm.reduce(packet, C, weight, decoded=c_i)
-    err = diff.sub_(c_i)  # target_i - g_i^{t+1}
-    G = comm.monitor_mean(torch.linalg.vector_norm(err, dim=1) ** 2)
-    return c_i.add_(g_i), g, G
 
 
 @dataclass(frozen=True)

@@ -140,6 +140,7 @@ class FedNL(Algorithm):
     l_norm: str = _option("fro", "Option 2's l_i: fro (paper) | spectral (code)", choices=NORMS)
 
     needs: ClassVar[str] = "contractive"
+    requires: ClassVar[tuple[str, ...]] = ("hessians",)
     reports: ClassVar[tuple[str, ...]] = ("H_err", "l")
 
     def __post_init__(self) -> None:
@@ -164,8 +165,6 @@ class FedNL(Algorithm):
                 c.omega(D)
             else:
                 check_compressor(cls.__name__, "contractive", c, D, False)
-        if not getattr(problem, "hessians", False):
-            problem.hess(problem.x0)  # the problem's own ValueError, naming what is allowed
         return super().configure(problem, compressor, force=True, **opts)
 
     @classmethod

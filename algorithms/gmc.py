@@ -10,6 +10,7 @@ import torch
 from algorithms.base import Algorithm, State, Theory, check_count, option
 from algorithms.comm.base import Comm
 from algorithms.ef21 import ef21_theory
+from algorithms.error_feedback import compensate_, ef14_send
 from algorithms.stepsizes.momentum_ec import gmc as gmc_step
 from streams import tags
 
@@ -100,11 +101,9 @@ class GMC(Algorithm):
         if self.batch_size is not None:
             batch = problem.sample(comm.rng(t, tag=tags.GMC_BATCH), self.batch_size)
         # e_i + gamma g_i + beta (x^{t-1} - x^t), in the fresh gradient's buffer (-> e_i^{t+1})
-        p_i = problem.grad(state.x, batch).mul_(self.gamma).add_(state.e_i)
+        p_i = compensate_(problem.grad(state.x, batch).mul_(self.gamma), state.e_i)
         p_i.add_(state.x_prev - state.x, alpha=self.beta)
-        packet = C.encode(p_i, comm.rng_for(C, t))
-        v_i = C.decode(packet)
-        x = state.x - comm.reduce(packet, C, decoded=v_i)
-        e_i = p_i.sub_(v_i)
+        mean, e_i = ef14_send(C, comm, t, p_i)
+        x = state.x - mean
         E = comm.monitor_mean(torch.linalg.vector_norm(e_i, dim=1) ** 2)
         return GMCState(x=x, t=t + 1, e_i=e_i, x_prev=state.x), {"E": E}

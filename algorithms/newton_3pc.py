@@ -110,6 +110,7 @@ class Newton3PC(Algorithm):
     l_norm: str = _option("fro", "Option 2's l_i: fro (paper) | spectral (code)", choices=NORMS)
 
     needs: ClassVar[str] = "contractive"
+    requires: ClassVar[tuple[str, ...]] = ("hessians",)
     reports: ClassVar[tuple[str, ...]] = ("H_err", "sent", "l")
 
     def __post_init__(self) -> None:
@@ -129,8 +130,6 @@ class Newton3PC(Algorithm):
     def configure(cls, problem, compressor, *, force: bool = False, **opts: Any):
         c = compressor.bind(problem.n)
         check_compressor(cls.__name__, "contractive", c, tri_size(problem.d), force)
-        if not getattr(problem, "hessians", False):
-            problem.hess(problem.x0)  # the problem's own ValueError
         return super().configure(problem, compressor, force=True, **opts)
 
     @classmethod

@@ -70,6 +70,7 @@ from dataclasses import dataclass, field
 import torch
 
 from algorithms.comm.torch_dist import TorchDistComm
+from algorithms.error_feedback import compensate_, residual_
 from compressors import Compressor
 from compressors.registry import parse_spec
 from streams import tags
@@ -284,9 +285,9 @@ def compression_hook(state: CompressionState, bucket) -> torch.futures.Future[to
     if mode == "none":
         _, avg = _send(state, x_i, b, bs, local=False)
     elif mode == "ef14":
-        p_i = x_i if bs.e_i is None else bs.e_i + x_i
+        p_i = compensate_(x_i.clone(), bs.e_i)
         c_i, avg = _send(state, p_i, b, bs, local=True)
-        bs.e_i = p_i - c_i
+        bs.e_i = residual_(p_i, c_i)
     elif bs.g is None:  # EF21's first round: the full gradient, uncompressed
         bs.g_i = x_i.clone()
         bs.g = comm.reduce_full(x_i)

@@ -51,6 +51,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from algorithms.error_feedback import Memory, compensate_, residual_
 from systems.hooks.base import CommHook
 from systems.hooks.registry import register
 
@@ -119,7 +120,7 @@ class PowerSGD(CommHook):
         self.seed = seed
         self.iter = 0
         self._np_rng = np.random.RandomState(seed)
-        self._errors: dict[int, list[torch.Tensor]] = {}
+        self._errors: dict[int, Memory] = {}  # error feedback: per bucket, one per matrix
         self._qs: dict[int, list[torch.Tensor]] = {}
 
     def describe(self) -> dict[str, object]:
@@ -153,9 +154,9 @@ class PowerSGD(CommHook):
             mats = [g.view(g.shape[0], -1) for group in by_shape.values() for g in group]
             ranks = [min(a.shape[0], a.shape[1], self.rank_r) for a in mats]
             if self.error_feedback:
-                if idx in self._errors:
-                    for a, e in zip(mats, self._errors[idx], strict=True):
-                        a.add_(e)
+                memory = self._errors.setdefault(idx, Memory())
+                for j, a in enumerate(mats):
+                    compensate_(a, memory.get(j))  # M = g + e, in the bucket's own views
                 inputs = [a.clone() for a in mats]
             if not self.warm_start or idx not in self._qs:
                 gen = torch.Generator().manual_seed(int(self._np_rng.randint(1_000_000_000)))
@@ -188,7 +189,8 @@ class PowerSGD(CommHook):
                 if self.warm_start:
                     self._qs[idx] = qs
                 if self.error_feedback:
-                    self._errors[idx] = [m - a for m, a in zip(inputs, mats, strict=True)]
+                    for j, (m, a) in enumerate(zip(inputs, mats, strict=True)):
+                        memory.keep(j, residual_(m, a))  # e = M - P Q^T
         if raw_work is not None:
             raw_work.wait()
             with self.timer("decode"):

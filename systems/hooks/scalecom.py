@@ -38,6 +38,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from algorithms.error_feedback import Memory
 from compressors.top_k import top_k_indices
 from systems.hooks.base import CommHook
 from systems.hooks.registry import register
@@ -75,7 +76,7 @@ class ScaleCom(CommHook):
         self.beta = float(beta)
         self.start_iter = self.check_start_iter(self.name, start_iter)
         self.iter = 0
-        self._memory: dict[int, torch.Tensor] = {}
+        self._memory = Memory(self.beta)  # low-pass error feedback, by bucket index
 
     def describe(self) -> dict[str, object]:
         out = super().describe()
@@ -101,9 +102,7 @@ class ScaleCom(CommHook):
         k = self.k_of(d)
         with self.timer("encode"):
             idx_b = bucket.index()
-            m = self._memory.get(idx_b)
-            if m is None:
-                m = self._memory[idx_b] = torch.zeros_like(buf)
+            m = self._memory.zeros(idx_b, buf)
             v = buf + m
             if self.rank == leader:
                 sel = top_k_indices(v.abs().view(1, -1), k).view(-1).to(torch.int32)
@@ -116,7 +115,7 @@ class ScaleCom(CommHook):
             sel = sel.long()
             vals = v[sel]
             v[sel] = 0  # v is now the residual v - C_I(v)
-            m.mul_(1 - self.beta).add_(v, alpha=self.beta)
+            self._memory.keep(idx_b, v)
         self.allreduce(vals)
         with self.timer("decode"):
             buf.zero_()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from algorithms.error_feedback import Memory, compensate_, residual_
 from compressors.threelc import quartic_decode, quartic_encode, ternarize, zre_decode, zre_encode
 from systems.hooks.base import CommHook
 from systems.hooks.registry import register
@@ -53,7 +54,7 @@ class ThreeLC(CommHook):
         if not 1.0 <= s < 2.0:
             raise ValueError(f"s must be in [1, 2), got s={s!r}")
         self.s = s
-        self._error: dict[int, torch.Tensor] = {}  # by id() of the parameter
+        self._error = Memory()  # error feedback, by id() of the parameter
 
     def reduce(self, bucket: dist.GradBucket) -> torch.futures.Future:
         buf = bucket.buffer()
@@ -63,10 +64,9 @@ class ThreeLC(CommHook):
             flat = buf.detach().to(torch.float32)
             scales, streams, off = [], [], 0
             for p, n in zip(params, sizes, strict=True):
-                e = self._error.get(id(p))
-                x = flat[off : off + n] + e if e is not None else flat[off : off + n].clone()
+                x = compensate_(flat[off : off + n].clone(), self._error.get(id(p)))
                 q, amax = ternarize(x[None], self.s)
-                self._error[id(p)] = x.sub_(q[0].to(x.dtype) * amax * self.s)
+                self._error.keep(id(p), residual_(x, q[0].to(x.dtype) * amax * self.s))
                 scales.append(amax)
                 streams.append(quartic_encode(q[0]))
                 off += n

@@ -152,7 +152,9 @@ def test_refusals(het):
     with pytest.raises(ValueError, match="needs a contractive compressor"):
         CAFeS.configure(het, parse_spec("randk:k=3"))
     logreg = make_problem("logreg", nodes=4, samples=100, features=5)
-    with pytest.raises(ValueError, match=r"server holds no data.*server_rows=K"):
+    with pytest.raises(
+        ValueError, match=r"needs data of the server.s own \(server_data\).*server_rows=K"
+    ):
         CAFeS.configure(logreg, parse_spec(TOPK))
     with pytest.raises(ValueError, match="takes no option"):
         CAFe.configure(het, parse_spec(TOPK), momentum=0.5)

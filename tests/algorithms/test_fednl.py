@@ -151,7 +151,10 @@ def test_bad_options_and_problems_are_refused(logreg):
             FedNL.configure(logreg, C, **opts)
     with pytest.raises(ValueError, match="needs a contractive compressor"):
         FedNL.configure(logreg, parse_spec("round:h=0.01"))
-    with pytest.raises(ValueError, match="Hessians are not available"):
+    with pytest.raises(
+        ValueError,
+        match=r"needs exact per-node Hessians \(hessians\), which problem .mlp. does not give",
+    ):
         FedNL.configure(make_problem("mlp", nodes=2), C, step=1.0)
     nonconvex = make_problem("logreg-nonconvex", nodes=2, samples=40, features=3)
     with pytest.raises(ValueError, match="give --mu or use --option 2"):

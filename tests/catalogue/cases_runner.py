@@ -612,3 +612,41 @@ CASES: list[Case] = [
         message=r"no checkpoint there",
     ),  # fmt: skip
 ]
+
+# A method's declared problem capabilities are checked before anything runs.
+CASES += [
+    opt(
+        "run-hessians-missing",
+        [],
+        r"FedNL needs exact per-node Hessians \(hessians\), which problem 'mlp' does not give; "
+        r"problems with them: quadratic, logreg",
+        argv=[
+            "fednl",
+            "--compressor",
+            "topk:k=3",
+            "--problem",
+            "mlp",
+            "--dataset",
+            "digits",
+            "--iters",
+            "3",
+            "--quiet",
+        ],  # fmt: skip
+    ),
+    opt(
+        "run-server-data-missing",
+        [],
+        r"CAFeS needs data of the server's own \(server_data\), which problem 'logreg' does not "
+        r"give; give it rows with --problem-opt server_rows=K",
+        argv=[
+            "cafe-s",
+            "--compressor",
+            "topk:k=3",
+            "--problem",
+            "logreg",
+            "--iters",
+            "3",
+            "--quiet",
+        ],  # fmt: skip
+    ),
+]
