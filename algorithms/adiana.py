@@ -86,9 +86,11 @@ class ADIANA(Algorithm):
     ``H = mean_i ||h_i - grad f_i(x*)||^2`` (where ``x*`` is known).
     """
 
-    alpha: float | None = option(None, "shift step alpha (default 1/(omega+1))")
+    alpha: float | None = option(None, "shift step alpha (default 1/(omega+1))", check=check_unit)
     p: float | None = option(
-        None, "probability p of the shared synchronisation coin (default: the method's theory)"
+        None,
+        "probability p of the shared synchronisation coin (default: the method's theory)",
+        check=check_unit,
     )
     theta1: float | None = option(
         None,
@@ -109,8 +111,6 @@ class ADIANA(Algorithm):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_unit("alpha", self.alpha)
-        check_unit("p", self.p)
         for name in ("theta1", "theta2", "beta"):
             v = getattr(self, name)
             if v is not None and not 0 <= v <= 1:

@@ -69,7 +69,10 @@ class Artemis(Algorithm):
     down_compressor: Compressor | None = down_option()
     alpha: float | None = option(None, "uplink memory step alpha (default 1/(2(omega_up+1)))")
     participation: float = option(
-        1.0, "probability p in (0, 1] that a node takes part in a round (own coin)"
+        1.0,
+        "probability p in (0, 1] that a node takes part in a round (own coin)",
+        check=check_unit,
+        required=True,
     )
     estimator: str = option(
         "memory", "partial participation: memory | sampled aggregation", choices=ESTIMATORS
@@ -88,7 +91,6 @@ class Artemis(Algorithm):
         # alpha = 0 (no memory) is allowed: the paper's memoryless baseline.
         if self.alpha is not None and not 0 <= self.alpha <= 1:
             raise ValueError(f"alpha must be in [0, 1], got {self.alpha!r}")
-        check_unit("participation", self.participation, optional=False)
 
     @classmethod
     def configure(cls, problem, compressor, *, force: bool = False, **opts: Any):

@@ -28,10 +28,49 @@ __all__ = ["Algorithm", "Option", "State", "StepInfo", "Theory", "check_compress
 
 @dataclass(frozen=True)
 class State:
-    """The iterate ``x`` (``(d,)``) and the step counter; methods extend it with their rows."""
+    """The iterate ``x`` (``(d,)``) and the step counter; methods extend it with their rows:
+    a method's state is a frozen dataclass subclass declaring its own fields (``g_i``, one row
+    per node; ``g``, the server's), as ``algorithms/ef21.py``'s ``EF21State``."""
 
     x: torch.Tensor
     t: int
+
+
+_state_init = State.__init__
+
+
+def _plain_state_init(self, *args, **kwargs):
+    extra = sorted(set(kwargs) - {"x", "t"})
+    if type(self) is State and extra:
+        raise TypeError(
+            f"State has no field {extra[0]!r}: State holds x and t only; declare your method's "
+            f"state as a subclass, e.g. @dataclass(frozen=True) class MyState(State): "
+            f"{extra[0]}: torch.Tensor (see docs/contributing.md)"
+        )
+    _state_init(self, *args, **kwargs)
+
+
+State.__init__ = _plain_state_init
+
+
+def uncharged_init(state: State, x0: torch.Tensor, bits_up: float) -> list[str]:
+    """The server fields of a method's first state that hold something no message brought: a
+    non-zero tensor other than a copy of ``x^0`` (which every party has) when the comm layer
+    charged no uplink bits at ``init``. A method whose ``init`` computes such a field from the
+    nodes' data directly (``problem.grad``) instead of through the comm layer pays no bits for
+    it: the runner warns, the methods' contract test fails."""
+    if bits_up > 0:
+        return []
+    found = []
+    for f in dataclasses.fields(state):
+        v = getattr(state, f.name)
+        if f.name in ("x", "t") or f.name.endswith("_i") or not isinstance(v, torch.Tensor):
+            continue
+        if not v.is_floating_point() or (v.shape == x0.shape and torch.equal(v, x0)):
+            continue
+        if bool((v != 0).any()):
+            found.append(f.name)
+    return found
 
 
 @dataclass(frozen=True)
@@ -58,6 +97,8 @@ class Option:
         flag: the command-line name when it differs from the field's (``init`` for
             ``init_mode``).
         from_run: a run option whose value is the default (``"iters"``: the run's horizon).
+        check: the range check (:func:`check_unit`, :func:`check_count`, ...), called by
+            ``__post_init__`` with the flag's name; ``required``: None is refused too.
     """
 
     type: type
@@ -66,6 +107,8 @@ class Option:
     choices: tuple | None = None
     flag: str | None = None  # the command-line name when it differs from the field's
     from_run: str | None = None
+    check: Any = None  # check(name, value, optional) -> None, raising ValueError
+    required: bool = False  # None is not allowed (for check)
 
 
 _OPTION = "compzoo.option"
@@ -78,6 +121,8 @@ def option(
     choices: tuple | list | None = None,
     flag: str | None = None,
     from_run: str | None = None,
+    check: Any = None,
+    required: bool = False,
     default_factory: Any = dataclasses.MISSING,
 ) -> Any:
     """A method's hyperparameter, declared once: its dataclass field carries the default, the
@@ -85,6 +130,8 @@ def option(
     the command line, ``--help``, ``--list``, sweeps and the docs) are read from it, and a value
     outside ``choices`` is refused when the method is built. ``from_run`` names a run option
     whose value is the default when none is given (DCGD's horizon is the run's ``--iters``).
+    ``check`` is the value's range check (``check_unit``: in ``(0, 1]``; ``check_count``: a
+    positive integer), run when the method is built, None allowed unless ``required``.
 
     ::
 
@@ -92,7 +139,8 @@ def option(
                                 flag="init")
     """
     meta = {_OPTION: {"help": help, "choices": None if choices is None else tuple(choices),
-                      "flag": flag, "from_run": from_run}}  # fmt: skip
+                      "flag": flag, "from_run": from_run, "check": check,
+                      "required": required}}  # fmt: skip
     if default_factory is not dataclasses.MISSING:
         return field(default_factory=default_factory, metadata=meta)
     return field(default=default, metadata=meta)
@@ -124,7 +172,8 @@ def collect_options(cls: type) -> dict[str, Option]:
         kind, literal = _option_type(hints.get(f.name, object))
         default = None if f.default is dataclasses.MISSING else f.default
         out[f.name] = Option(kind, default, meta["help"], meta["choices"] or literal,
-                             meta["flag"], meta["from_run"])  # fmt: skip
+                             meta["flag"], meta["from_run"], meta["check"],
+                             meta["required"])  # fmt: skip
     return out
 
 
@@ -272,11 +321,13 @@ class Algorithm:
             raise ValueError(f"gamma must be > 0, got {self.gamma}")
         for name, opt in type(self).options.items():
             value = getattr(self, name)
+            flag = (opt.flag or name).replace("_", "-")
             if opt.choices and value is not None and value not in opt.choices:
-                flag = (opt.flag or name).replace("_", "-")
                 raise ValueError(
                     f"--{flag} must be one of {', '.join(map(str, opt.choices))}, got {value!r}"
                 )
+            if opt.check is not None:
+                opt.check(f"--{flag}", value, optional=not opt.required)
 
     @classmethod
     def message_dim(cls, d: int) -> int:

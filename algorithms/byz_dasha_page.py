@@ -74,19 +74,17 @@ class ByzDASHAPAGE(ByzantineAlgorithm):
     ``grad_norm_sq_honest``.
     """
 
-    batch_size: int = option(1, "minibatch b per node for the gradient differences")
-    p: float | None = option(None, "probability p of the shared full-gradient coin (default b/m)")
-    momentum: float | None = option(None, "DASHA's a (default 1/(2 omega + 1))")
+    batch_size: int = option(
+        1, "minibatch b per node for the gradient differences", check=check_count, required=True
+    )
+    p: float | None = option(
+        None, "probability p of the shared full-gradient coin (default b/m)", check=check_unit
+    )
+    momentum: float | None = option(None, "DASHA's a (default 1/(2 omega + 1))", check=check_unit)
 
     needs: ClassVar[str] = "unbiased"
     stochastic: ClassVar[bool] = True
     reports: ClassVar[tuple[str, ...]] = ("sync", *BYZ_REPORTS)
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_count("batch_size", self.batch_size, optional=False)
-        check_unit("p", self.p)
-        check_unit("momentum", self.momentum)
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:

@@ -70,17 +70,14 @@ class ByzVRMARINA(ByzantineAlgorithm):
     ``96 max(omega, m/b) c delta/p`` (a heterogeneity term); not used.
     """
 
-    batch_size: int = option(1, "minibatch b per node for the gradient differences")
-    p: float | None = option(None, P_HELP)
+    batch_size: int = option(
+        1, "minibatch b per node for the gradient differences", check=check_count, required=True
+    )
+    p: float | None = option(None, P_HELP, check=check_unit)
 
     needs: ClassVar[str] = "unbiased"
     stochastic: ClassVar[bool] = True
     reports: ClassVar[tuple[str, ...]] = ("sync", *BYZ_REPORTS)
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_count("batch_size", self.batch_size, optional=False)
-        check_unit("p", self.p)
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:

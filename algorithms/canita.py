@@ -56,8 +56,10 @@ class CANITA(Algorithm):
     accelerated rate on a general convex problem, not the paper's constants.
     """
 
-    alpha: float | None = option(None, "shift step alpha (default 1/(omega+1))")
-    p: float | None = option(None, "probability p of the shared anchor coin (default ADIANA's)")
+    alpha: float | None = option(None, "shift step alpha (default 1/(omega+1))", check=check_unit)
+    p: float | None = option(
+        None, "probability p of the shared anchor coin (default ADIANA's)", check=check_unit
+    )
     theta2: float | None = option(None, "weight of the anchor w in x (default 1/2)")
     t0: float = option(
         4.0, "offset of the coupling schedule theta1_t = min(1/2, 2/(p t + t0)) (default 4)"
@@ -72,8 +74,6 @@ class CANITA(Algorithm):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_unit("alpha", self.alpha)
-        check_unit("p", self.p)
         if not self.t0 >= 4.0:
             raise ValueError(f"t0 must be >= 4 (theta1_0 <= 1/2), got {self.t0!r}")
         for name in ("theta1", "theta2"):

@@ -57,7 +57,9 @@ class CompAMS(Algorithm):
     beta1: float = option(0.9, "AMSGrad first-moment decay beta1 in [0, 1)")
     beta2: float = option(0.999, "AMSGrad second-moment decay beta2 in [0, 1)")
     eps: float = option(1e-8, "AMSGrad eps > 0 (inside the square root)")
-    batch_size: int | None = option(None, "minibatch per node (default: full local gradients)")
+    batch_size: int | None = option(
+        None, "minibatch per node (default: full local gradients)", check=check_count
+    )
 
     needs: ClassVar[str] = "contractive"
     stochastic: ClassVar[bool] = True
@@ -71,7 +73,6 @@ class CompAMS(Algorithm):
                 raise ValueError(f"{name} must be in [0, 1), got {value}")
         if not self.eps > 0:
             raise ValueError(f"eps must be > 0, got {self.eps}")
-        check_count("batch_size", self.batch_size)
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:

@@ -95,21 +95,22 @@ class CompressedScaffnew(Algorithm):
     """
 
     s: int | None = option(
-        None, "owners of each coordinate per round, 2..n (default min(2, n))", flag="owners"
+        None,
+        "owners of each coordinate per round, 2..n (default min(2, n))",
+        flag="owners",
+        check=check_count,
     )
     chi: float | None = option(
-        None, "control-variate factor in (0, 1]; theory [1/2, n(s-1)/(s(n-1))], the default"
+        None,
+        "control-variate factor in (0, 1]; theory [1/2, n(s-1)/(s(n-1))], the default",
+        check=check_unit,
     )
-    p: float | None = option(None, "probability of a communication round (default from theory)")
+    p: float | None = option(
+        None, "probability of a communication round (default from theory)", check=check_unit
+    )
 
     needs: ClassVar[str] = "none"
     reports: ClassVar[tuple[str, ...]] = ("sync", "H")
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_count("s", self.s)
-        check_unit("chi", self.chi)
-        check_unit("p", self.p)
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:

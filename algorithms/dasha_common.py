@@ -75,17 +75,15 @@ def page_form_theory(
 class DASHABase(Algorithm):
     """Base of DASHA and its variants: subclasses define ``_h_next`` (the new ``h_i``)."""
 
-    momentum: float | None = option(None, "DASHA momentum a in (0, 1] (default 1/(2 omega + 1))")
+    momentum: float | None = option(
+        None, "DASHA momentum a in (0, 1] (default 1/(2 omega + 1))", check=check_unit
+    )
     init_mode: str = option(
         "full", "g_i^0: full (= h_i^0 = grad f_i) | zero", choices=INITS, flag="init"
     )
 
     needs: ClassVar[str] = "unbiased"
     reports: ClassVar[tuple[str, ...]] = ("G",)
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_unit("momentum", self.momentum)
 
     def _a(self, d: int) -> float:
         return resolved(

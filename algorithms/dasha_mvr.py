@@ -40,17 +40,14 @@ class DASHAMVR(DASHABase):
     proportional to ``b sigma^2/(n B)``. Reported: ``G = mean_i ||g_i - h_i||^2``.
     """
 
-    batch_size: int = option(1, "minibatch B per node for the MVR estimator")
+    batch_size: int = option(
+        1, "minibatch B per node for the MVR estimator", check=check_count, required=True
+    )
     b: float | None = option(
-        None, "MVR momentum b in (0, 1] (default 1/(2 omega + 1))", flag="mvr-b"
+        None, "MVR momentum b in (0, 1] (default 1/(2 omega + 1))", flag="mvr-b", check=check_unit
     )
 
     stochastic: ClassVar[bool] = True
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_count("batch_size", self.batch_size, optional=False)
-        check_unit("mvr-b", self.b)
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:

@@ -45,16 +45,13 @@ class DASHAPAGE(DASHABase):
     it give ``--step``). Reported: ``G = mean_i ||g_i - h_i||^2`` and ``sync`` (the coin).
     """
 
-    batch_size: int = option(1, "minibatch B per node for the PAGE differences")
-    p: float | None = option(None, P_HELP)
+    batch_size: int = option(
+        1, "minibatch B per node for the PAGE differences", check=check_count, required=True
+    )
+    p: float | None = option(None, P_HELP, check=check_unit)
 
     stochastic: ClassVar[bool] = True
     reports: ClassVar[tuple[str, ...]] = ("G", "sync")
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_count("batch_size", self.batch_size, optional=False)
-        check_unit("p", self.p)
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:

@@ -50,20 +50,18 @@ class DASHASYNCMVR(DASHABase):
     synchronisations the estimator is PAGE's difference estimator. Reported: ``G`` and ``sync``.
     """
 
-    batch_size: int = option(1, "minibatch B per node for the MVR differences")
-    mega_batch: int | None = option(
-        None, "mega-batch B' of a synchronisation (default: full local gradients)"
+    batch_size: int = option(
+        1, "minibatch B per node for the MVR differences", check=check_count, required=True
     )
-    p: float | None = option(None, P_HELP)
+    mega_batch: int | None = option(
+        None,
+        "mega-batch B' of a synchronisation (default: full local gradients)",
+        check=check_count,
+    )
+    p: float | None = option(None, P_HELP, check=check_unit)
 
     stochastic: ClassVar[bool] = True
     reports: ClassVar[tuple[str, ...]] = ("G", "sync")
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_count("batch_size", self.batch_size, optional=False)
-        check_count("mega-batch", self.mega_batch)
-        check_unit("p", self.p)
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:

@@ -41,15 +41,14 @@ class DCGD(Algorithm):
         "auto", "DCGD theory step: auto | nonconvex | strongly-convex", choices=REGIMES
     )
     horizon: int | None = option(
-        None, "horizon T of the nonconvex step 1/sqrt(L A' T) (default: --iters)", from_run="iters"
+        None,
+        "horizon T of the nonconvex step 1/sqrt(L A' T) (default: --iters)",
+        from_run="iters",
+        check=check_count,
     )
 
     needs: ClassVar[str] = "any"
     stochastic: ClassVar[bool] = True
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_count("horizon", self.horizon)
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:

@@ -64,18 +64,17 @@ class DIANA(Algorithm):
     Reported: ``H = mean_i ||h_i - grad f_i(x*)||^2`` (where ``x*`` is known).
     """
 
-    alpha: float | None = option(None, "DIANA shift step alpha (default 1/(omega+1))")
+    alpha: float | None = option(
+        None, "DIANA shift step alpha (default 1/(omega+1))", check=check_unit
+    )
     init_mode: str = option("zero", "h_i^0: zero | full", choices=INITS, flag="init")
-    batch_size: int | None = option(None, "minibatch per node (default: full local gradients)")
+    batch_size: int | None = option(
+        None, "minibatch per node (default: full local gradients)", check=check_count
+    )
 
     needs: ClassVar[str] = "unbiased"
     stochastic: ClassVar[bool] = True
     reports: ClassVar[tuple[str, ...]] = ("H",)
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_unit("alpha", self.alpha)
-        check_count("batch_size", self.batch_size)
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:

@@ -67,14 +67,12 @@ class DIANAPlus(Algorithm):
         choices=sa.SAMPLINGS,
         flag="coord_sampling",
     )
-    alpha: float | None = option(None, "one shift step for all coordinates (default: p_ij)")
+    alpha: float | None = option(
+        None, "one shift step for all coordinates (default: p_ij)", check=check_unit
+    )
 
     needs: ClassVar[str] = "unbiased"
     reports: ClassVar[tuple[str, ...]] = ("H",)
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_unit("alpha", self.alpha)
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:

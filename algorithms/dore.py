@@ -69,7 +69,9 @@ class DORE(Algorithm):
 
     down_compressor: Compressor | None = down_option()
     alpha: float | None = option(None, "gradient memory step alpha (default 1/(2(omega_up+1)))")
-    beta: float | None = option(None, "model memory step beta (default 1/(2(omega_down+1)))")
+    beta: float | None = option(
+        None, "model memory step beta (default 1/(2(omega_down+1)))", check=check_unit
+    )
     eta: float | None = option(None, "model error compensation weight eta (default: theory)")
     init_mode: str = init_option()
 
@@ -85,7 +87,6 @@ class DORE(Algorithm):
         # alpha = 0 (no gradient memory) is allowed: it is the broken variant of the check.
         if self.alpha is not None and not 0 <= self.alpha <= 1:
             raise ValueError(f"alpha must be in [0, 1], got {self.alpha!r}")
-        check_unit("beta", self.beta)
         if self.eta is not None and not self.eta >= 0:
             raise ValueError(f"eta must be >= 0, got {self.eta!r}")
 

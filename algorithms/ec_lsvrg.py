@@ -55,17 +55,14 @@ class ECLSVRG(Algorithm):
     refreshes are local computation. Reports ``E = mean_i ||e_i||^2``.
     """
 
-    batch_size: int = option(1, "minibatch per node (default 1)")
-    p: float | None = option(None, "probability of a node's refresh of w_i (default: min(1, b/m))")
+    batch_size: int = option(1, "minibatch per node (default 1)", check=check_count, required=True)
+    p: float | None = option(
+        None, "probability of a node's refresh of w_i (default: min(1, b/m))", check=check_unit
+    )
 
     needs: ClassVar[str] = "absolute"
     stochastic: ClassVar[bool] = True
     reports: ClassVar[tuple[str, ...]] = ("E",)
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_count("batch_size", self.batch_size, optional=False)
-        check_unit("p", self.p)
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:

@@ -76,15 +76,13 @@ class ECSGD(Algorithm):
     ``E = mean_i ||e_i||^2``.
     """
 
-    batch_size: int | None = option(None, "minibatch per node (default: full local gradients)")
+    batch_size: int | None = option(
+        None, "minibatch per node (default: full local gradients)", check=check_count
+    )
 
     needs: ClassVar[str] = "absolute"
     stochastic: ClassVar[bool] = True
     reports: ClassVar[tuple[str, ...]] = ("E",)
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_count("batch_size", self.batch_size)
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:

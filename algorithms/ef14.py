@@ -47,16 +47,14 @@ class EF14(Algorithm):
     Reports ``E = mean_i ||e_i||^2``.
     """
 
-    batch_size: int | None = option(None, "minibatch per node (default: full local gradients)")
+    batch_size: int | None = option(
+        None, "minibatch per node (default: full local gradients)", check=check_count
+    )
     regime: str = option("nonconvex", "theory step: auto | nonconvex | pl", choices=REGIMES)
 
     needs: ClassVar[str] = "contractive"
     stochastic: ClassVar[bool] = True
     reports: ClassVar[tuple[str, ...]] = ("E",)
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_count("batch_size", self.batch_size)
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:

@@ -97,9 +97,11 @@ class EF21PAGE(EF21Base):
     gradient.
     """
 
-    batch_size: int = option(1, "minibatch tau per node for the PAGE differences")
+    batch_size: int = option(
+        1, "minibatch tau per node for the PAGE differences", check=check_count, required=True
+    )
     p: float | None = option(
-        None, "probability p of a full gradient (default: mean tau/(tau + m_i))"
+        None, "probability p of a full gradient (default: mean tau/(tau + m_i))", check=check_unit
     )
     coin: str = option(
         "node", "PAGE coin: node (the paper) | shared (authors' code)", choices=COINS
@@ -115,11 +117,6 @@ class EF21PAGE(EF21Base):
     needs: ClassVar[str] = "contractive"
     stochastic: ClassVar[bool] = True
     reports: ClassVar[tuple[str, ...]] = ("G", "sync")
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_count("batch_size", self.batch_size, optional=False)
-        check_unit("p", self.p)
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:

@@ -65,7 +65,9 @@ class EF21PP(EF21Base):
     nodes.
     """
 
-    participation: float = option(0.5, "probability p in (0, 1] that a node takes part")
+    participation: float = option(
+        0.5, "probability p in (0, 1] that a node takes part", check=check_unit, required=True
+    )
     sampling: str = option("poisson", "participation: poisson | nice", choices=SAMPLINGS)
     regime: str = option("auto", "theory step: auto | nonconvex | pl", choices=REGIMES)
 
@@ -74,7 +76,6 @@ class EF21PP(EF21Base):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_unit("participation", self.participation, optional=False)
         if self.sampling not in SAMPLINGS:
             raise ValueError(f"sampling must be poisson or nice, got {self.sampling!r}")
 

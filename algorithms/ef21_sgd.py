@@ -49,15 +49,13 @@ class EF21SGD(EF21Base):
     about ``sqrt(2(1 + nu))``; ``--step-mult`` or ``--step`` restore EF21's.
     """
 
-    batch_size: int | None = option(None, "minibatch per node (default: full local gradients)")
+    batch_size: int | None = option(
+        None, "minibatch per node (default: full local gradients)", check=check_count
+    )
     regime: str = option("auto", "theory step: auto | nonconvex | pl", choices=REGIMES)
 
     needs: ClassVar[str] = "contractive"
     stochastic: ClassVar[bool] = True
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_count("batch_size", self.batch_size)
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:

@@ -65,7 +65,9 @@ class GMC(Algorithm):
     """
 
     beta: float = option(0.9, "GMC's global momentum beta in [0, 1)")
-    batch_size: int | None = option(None, "minibatch per node (default: full local gradients)")
+    batch_size: int | None = option(
+        None, "minibatch per node (default: full local gradients)", check=check_count
+    )
 
     needs: ClassVar[str] = "contractive"
     stochastic: ClassVar[bool] = True
@@ -75,7 +77,6 @@ class GMC(Algorithm):
         super().__post_init__()
         if isinstance(self.beta, bool) or not 0 <= self.beta < 1:
             raise ValueError(f"beta must be in [0, 1), got {self.beta}")
-        check_count("batch_size", self.batch_size)
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:

@@ -86,8 +86,12 @@ class LIECSGD(Algorithm):
     down_compressor: Compressor | None = option(
         None, "downlink compressor C_M (default: the uplink's, as the authors)"
     )
-    period: int = option(32, "rounds H between model averages (LIEC-SGD(H))")
-    batch_size: int | None = option(None, "minibatch per node (default: full local gradients)")
+    period: int = option(
+        32, "rounds H between model averages (LIEC-SGD(H))", check=check_count, required=True
+    )
+    batch_size: int | None = option(
+        None, "minibatch per node (default: full local gradients)", check=check_count
+    )
 
     needs: ClassVar[str] = "contractive"
     stochastic: ClassVar[bool] = True
@@ -99,8 +103,6 @@ class LIECSGD(Algorithm):
             object.__setattr__(self, "down_compressor", parse_spec(self.compressor.spec()))
         if not isinstance(self.down_compressor, Compressor):
             raise ValueError(f"down_compressor must be a Compressor, got {self.down_compressor!r}")
-        check_count("period", self.period, optional=False)
-        check_count("batch_size", self.batch_size)
 
     @classmethod
     def configure(cls, problem, compressor, *, force: bool = False, **opts: Any):

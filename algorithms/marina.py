@@ -56,15 +56,11 @@ class MARINA(Algorithm):
     Reported: ``sync`` (1 when the coin synchronised this round).
     """
 
-    p: float | None = option(None, P_HELP)
+    p: float | None = option(None, P_HELP, check=check_unit)
     regime: str = option("auto", "theory step: auto | nonconvex | pl", choices=REGIMES)
 
     needs: ClassVar[str] = "unbiased"
     reports: ClassVar[tuple[str, ...]] = ("sync",)
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_unit("p", self.p)
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:

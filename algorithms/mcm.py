@@ -82,7 +82,10 @@ class MCM(Algorithm):
     )
     randomized: bool = option(False, "Rand-MCM: an independent downlink draw per node")
     participation: float = option(
-        1.0, "probability p in (0, 1] that a node takes part in a round (own coin)"
+        1.0,
+        "probability p in (0, 1] that a node takes part in a round (own coin)",
+        check=check_unit,
+        required=True,
     )
     estimator: str = option(
         "memory", "partial participation: memory | sampled aggregation", choices=ESTIMATORS
@@ -104,7 +107,6 @@ class MCM(Algorithm):
                 raise ValueError(f"{name} must be in [0, 1], got {v!r}")
         if not isinstance(self.randomized, bool):
             raise ValueError(f"randomized must be true or false, got {self.randomized!r}")
-        check_unit("participation", self.participation, optional=False)
 
     @classmethod
     def configure(cls, problem, compressor, *, force: bool = False, **opts: Any):

@@ -104,6 +104,7 @@ class NEOLITHIC(Algorithm):
         None,
         "R: compression stages and accumulated minibatches per "
         "round (default: smallest R with (1 - delta)^R <= msc-tol)",
+        check=check_count,
     )
     msc_tol: float = option(
         0.01,
@@ -112,7 +113,7 @@ class NEOLITHIC(Algorithm):
     )
     memory: str = option("ef", "node error memory: ef | none", choices=MEMORIES)
     batch_size: int | None = option(
-        None, "minibatch per stochastic gradient (default: full local gradients)"
+        None, "minibatch per stochastic gradient (default: full local gradients)", check=check_count
     )
     down_compressor: Compressor = option(
         help="downlink compressor (--down-compressor), applied R times to the residual",
@@ -129,8 +130,6 @@ class NEOLITHIC(Algorithm):
             object.__setattr__(self, "down_compressor", Identity())
         if not isinstance(self.down_compressor, Compressor):
             raise ValueError(f"down_compressor must be a Compressor, got {self.down_compressor!r}")
-        check_count("rounds", self.rounds)
-        check_count("batch_size", self.batch_size)
         tol = self.msc_tol
         if isinstance(tol, bool) or not isinstance(tol, int | float) or not 0 < tol < 1:
             raise ValueError(f"msc_tol must be in (0, 1), got {tol!r}")

@@ -98,7 +98,9 @@ class Newton3PC(Algorithm):
     """
 
     mechanism: str = _option("cbag", "3PC for the Hessians", choices=MECHANISMS)
-    p: float = _option(0.75, "CBAG: each node's probability to send (paper: 0.75)")
+    p: float = _option(
+        0.75, "CBAG: each node's probability to send (paper: 0.75)", check=check_unit, required=True
+    )
     zeta: float = _option(1.0, "LAG/CLAG trigger zeta >= 0")
     # FedNL's Hessian options, as FedNL declares them.
     option: int = _option(1, "1: projection [H]_mu; 2: H + l I", choices=OPTIONS)
@@ -115,7 +117,6 @@ class Newton3PC(Algorithm):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_unit("p", self.p, optional=False)
         if not self.zeta >= 0:
             raise ValueError(f"zeta must be >= 0, got {self.zeta}")
         check_layout(self.compressor, self.hess_vec)

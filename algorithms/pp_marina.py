@@ -50,17 +50,15 @@ class PPMARINA(Algorithm):
     """
 
     participation: float = option(
-        1.0, "fraction of nodes sampled per round (r = round(participation n))"
+        1.0,
+        "fraction of nodes sampled per round (r = round(participation n))",
+        check=check_unit,
+        required=True,
     )
-    p: float | None = option(None, P_HELP)
+    p: float | None = option(None, P_HELP, check=check_unit)
 
     needs: ClassVar[str] = "unbiased"
     reports: ClassVar[tuple[str, ...]] = ("sync", "participation")
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_unit("participation", self.participation, optional=False)
-        check_unit("p", self.p)
 
     @staticmethod
     def default_p(compressor, d: int, n: int, r: int) -> float:

@@ -47,7 +47,9 @@ class RoSDHB(ByzantineAlgorithm):
     """
 
     beta: float = option(0.9, "momentum coefficient beta of each node's momentum")
-    batch_size: int | None = option(None, "minibatch per node (default: full local gradients)")
+    batch_size: int | None = option(
+        None, "minibatch per node (default: full local gradients)", check=check_count
+    )
 
     needs: ClassVar[str] = "unbiased"
     reports: ClassVar[tuple[str, ...]] = BYZ_REPORTS
@@ -56,7 +58,6 @@ class RoSDHB(ByzantineAlgorithm):
         super().__post_init__()
         if not 0.0 <= self.beta < 1.0:
             raise ValueError(f"beta must be in [0, 1), got {self.beta!r}")
-        check_count("batch_size", self.batch_size)
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:

@@ -95,7 +95,9 @@ class ThreePC(Algorithm):
 
     mechanism: str = option("ef21", "3PC mechanism", choices=mech.MECHANISMS)
     zeta: float = option(1.0, "LAG/CLAG trigger zeta >= 0")
-    p: float | None = option(None, "3PCv5: probability of a full send (default: delta of C)")
+    p: float | None = option(
+        None, "3PCv5: probability of a full send (default: delta of C)", check=check_unit
+    )
     mechanism_compressor: str | None = option(
         None, "3PCv2's Q / 3PCv3-v4's C2 as a SPEC (default: randk / topk, same k)"
     )
@@ -119,7 +121,6 @@ class ThreePC(Algorithm):
             )
         if not self.zeta >= 0:
             raise ValueError(f"zeta must be >= 0, got {self.zeta}")
-        check_unit("p", self.p)
         if self.mechanism == "v5" and self.p is None:
             raise ValueError("3PCv5 needs p (configure() sets it to delta of the compressor)")
         if self.mechanism_compressor is not None:

@@ -53,17 +53,14 @@ class VRMARINA(Algorithm):
     ``--step``). Only the nonconvex step is used. Reported: ``sync``.
     """
 
-    batch_size: int = option(1, "minibatch b' per node for the gradient differences")
-    p: float | None = option(None, P_HELP)
+    batch_size: int = option(
+        1, "minibatch b' per node for the gradient differences", check=check_count, required=True
+    )
+    p: float | None = option(None, P_HELP, check=check_unit)
 
     needs: ClassVar[str] = "unbiased"
     stochastic: ClassVar[bool] = True
     reports: ClassVar[tuple[str, ...]] = ("sync",)
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_count("batch_size", self.batch_size, optional=False)
-        check_unit("p", self.p)
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:

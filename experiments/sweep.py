@@ -62,6 +62,13 @@ The tables are rebuilt from all run folders at the end, so a resumed sweep gives
 ``sweep.lock`` holds the process id of a live sweep; a second one on the same folder is refused
 (a lock left by a killed sweep is ignored). A sweep killed with SIGKILL leaves its runs in
 flight to finish on their own (their fork servers end after them).
+
+This module is the command and :func:`run_sweep` (the checks, the folder's claim and lock, the
+executor); the jobs it hands on are in their own modules: running the runs here
+(:mod:`experiments.sweep_pool`) in fork servers or subprocesses
+(:mod:`experiments.sweep_servers`), the ``local``/``slurm`` jobs
+(:mod:`experiments.sweep_submit`), the pruning budgets (:mod:`experiments.sweep_budget`) and
+the run folders read back into the tables (:mod:`experiments.sweep_tables`).
 """
 
 from __future__ import annotations
@@ -71,44 +78,40 @@ import contextlib
 import csv
 import json
 import logging
-import math
 import os
-import queue
-import shutil
-import signal
-import subprocess
 import sys
-import tempfile
-import threading
-import time
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
-from typing import Any
 
-from tqdm import tqdm
+from experiments.config import SweepConfig, load_config
 
-from experiments.config import RunSpec, Selection, SweepConfig, load_config
-from experiments.select import (
-    HISTORY_COLUMNS,
-    POOLS,
-    best,
-    bits_to_tol,
-    group_key,
-    pool_seeds,
-    run_score,
+# The names marked noqa: F401 are re-exported: callers and tests import them from here.
+# To monkeypatch one (e.g. ``_launch``), patch the module that calls it (experiments.sweep_pool).
+from experiments.sweep_budget import PRUNE_POOLS, _Budget  # noqa: F401
+from experiments.sweep_pool import (  # noqa: F401
+    INTERRUPTED_EXIT,
+    PROGRESS_ENV,
+    PROGRESS_S,
+    STDERR_TAIL,
+    _execute,
+    _launch,
+    _run_all,
 )
-from experiments.zygote import READY
+from experiments.sweep_servers import FORK_ENV, ROOT, _env, _Servers  # noqa: F401
+from experiments.sweep_submit import _run_jobs
+from experiments.sweep_tables import (  # noqa: F401
+    UNFINISHED_REASONS,
+    read_summary,
+    table,
+    write_tables,
+)
 from streams import interrupts
 
-log = logging.getLogger("compzoo.sweep")
-
-ROOT = Path(__file__).resolve().parents[1]
-STDERR_TAIL = 4000
 EXECUTORS = ("pool", "local", "slurm")
-PRUNE_POOLS = POOLS  # how seeds are pooled by the selection a pruned sweep serves
-FORK_ENV = "COMPZOO_SWEEP_FORK"  # "0": every run a plain subprocess (no fork server)
-# Where no progress bar is drawn (stderr not a terminal), a progress line every this many seconds.
-PROGRESS_ENV, PROGRESS_S = "COMPZOO_PROGRESS_S", 30.0
+EXIT_WRITE_FAILED = 5  # the sweep folder (or a run's files) could not be written: a full disk
+INTERRUPTED_MESSAGE = (
+    "interrupted: finished runs are kept and runs stopped mid-way kept their checkpoints; "
+    "rerun the same command to continue"
+)
 
 
 class SweepStopped(interrupts.Stopped):  # noqa: N818 (a signal, not an error)
@@ -188,347 +191,6 @@ def run_sweep(
     return out
 
 
-def _run_all(
-    cfg: SweepConfig, out: Path, jobs: int, progress: bool, prune: str | None = None
-) -> int:
-    """Every unfinished run, ``jobs`` at once; the signal that stopped the sweep, or 0.
-
-    SIGINT or SIGTERM (to the sweep alone or to its process group) stops the sweep: no queued
-    run starts, the signal is passed on to every run in flight (which stops after its step
-    with a checkpoint; a run that received it from the group too counts it once), and this
-    returns once they have all ended."""
-    specs = cfg.runs()
-    todo = [s for s in specs if not _finished(out / "runs" / s.run_id)]
-    budget = _Budget(cfg, specs, out, prune) if prune is not None else None
-    if budget is not None:
-        todo.sort(key=lambda s: -float(s.params.get("step_mult", 1.0)))  # stable: config order
-    env = _env()
-    bar = tqdm(
-        total=len(specs),
-        initial=len(specs) - len(todo),
-        desc=cfg.name,
-        unit="run",
-        file=sys.stderr,
-        disable=not progress or None,
-    )
-    lines = _ProgressLines(cfg.name, len(specs), progress and bar.disable)
-    failed = 0
-    servers = _Servers(min(jobs, len(todo)), env)
-    done = len(specs) - len(todo)
-    with _Stopper(servers) as stopper:
-        try:
-            with ThreadPoolExecutor(max_workers=jobs) as pool:
-                futures = {
-                    pool.submit(_execute, s, out / "runs" / s.run_id, env, servers, budget)
-                    for s in todo
-                }
-                while futures:
-                    finished, futures = wait(futures, timeout=1.0, return_when=FIRST_COMPLETED)
-                    for fut in finished:
-                        if fut.result() == "failed":
-                            failed += 1
-                            bar.set_postfix(failed=failed)
-                        done += 1
-                        bar.update(1)
-                    flight = servers.in_flight()
-                    if not bar.disable:
-                        bar.set_postfix_str(_flight_text(flight, failed), refresh=True)
-                    lines.tick(done, flight, failed)
-        finally:
-            servers.close()
-            bar.close()
-    return stopper.signum
-
-
-def _flight_text(flight: list[tuple[str, int | None, int]], failed: int) -> str:
-    """The runs in flight as ``m4 s0: 6000/20000`` items (and the failed count)."""
-    parts = [f"failed {failed}"] if failed else []
-    for name, t, total in flight[:4]:
-        parts.append(f"{name}: {'-' if t is None else t}/{total}")
-    if len(flight) > 4:
-        parts.append(f"+{len(flight) - 4} more")
-    return ", ".join(parts)
-
-
-class _ProgressLines:
-    """Where no bar is drawn: a line on stderr every ``COMPZOO_PROGRESS_S`` seconds (30)."""
-
-    def __init__(self, name: str, total: int, on: bool) -> None:
-        try:
-            self.every = float(os.environ.get(PROGRESS_ENV, PROGRESS_S))
-        except ValueError:
-            self.every = PROGRESS_S
-        self.on = on and self.every > 0
-        self.name, self.total = name, total
-        self.start = self.last = time.monotonic()
-
-    def tick(self, done: int, flight: list, failed: int) -> None:
-        now = time.monotonic()
-        if not self.on or now - self.last < self.every:
-            return
-        self.last = now
-        what = _flight_text(flight, failed)
-        sys.stderr.write(
-            f"{self.name}: {done}/{self.total} runs done, {now - self.start:.0f} s"
-            + (f"; in flight: {what}" if what else "")
-            + "\n"
-        )
-        sys.stderr.flush()
-
-
-class _Stopper:
-    """SIGINT/SIGTERM handlers for the time the runs go (main thread only): the first signal
-    stops new runs and is passed on to the runs in flight, as is every later one (a run stops
-    at once on a second signal, keeping its last checkpoint)."""
-
-    def __init__(self, servers: _Servers) -> None:
-        self.servers = servers
-        self.signum = 0
-        self._old: dict[int, Any] = {}
-
-    def __enter__(self) -> _Stopper:
-        if threading.current_thread() is threading.main_thread():
-            interrupts.release()
-            self._old = {s: signal.signal(s, self._handle) for s in interrupts.SIGNALS}
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for s, old in self._old.items():
-            signal.signal(s, old)
-
-    def _handle(self, signum: int, frame) -> None:
-        if not self.signum:
-            self.signum = signum
-            sys.stderr.write(
-                f"\n{signal.Signals(signum).name}: the sweep stops; no new run starts, the runs "
-                "in flight stop after their step with a checkpoint\n"
-            )
-            sys.stderr.flush()
-        self.servers.stop(signum)
-
-
-def _run_jobs(cfg: SweepConfig, out: Path, kind: str, opts: dict, progress: bool) -> None:
-    """The unfinished runs as submitit jobs (:mod:`experiments.cluster`); a run that ends
-    without a summary gets ``stderr.txt`` from its job's log."""
-    from experiments import cluster
-
-    specs = cfg.runs()
-    todo = [s for s in specs if not _finished(out / "runs" / s.run_id)]
-    bar = tqdm(total=len(specs), initial=len(specs) - len(todo), desc=cfg.name, unit="run",
-               file=sys.stderr, disable=not progress)  # fmt: skip
-    try:
-        cluster.submit_all(todo, out, _env(), kind, opts, bar.update)
-    finally:
-        bar.close()
-    book = json.loads((out / "jobs.json").read_text()) if (out / "jobs.json").is_file() else {}
-    for s in todo:
-        run_dir = out / "runs" / s.run_id
-        if _finished(run_dir):
-            continue
-        job = book.get(s.run_id, "?")
-        logs = sorted((out / "jobs").glob(f"{job}_*log.err")) if job != "?" else []
-        tail = logs[-1].read_text(errors="replace")[-STDERR_TAIL:] if logs else "(no log)"
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "stderr.txt").write_text(f"job {job} ended without a summary\n{tail}")
-        log.warning("run %s failed (job %s); its log: %s", s.run_id, job, logs[-1] if logs else "-")
-
-
-class _Servers:
-    """A pool of fork servers (:mod:`experiments.zygote`), one per job, started lazily; a run
-    takes one, runs in a child forked from it and gives it back. Where a server cannot start
-    or dies (or ``os.fork`` is missing), that run is a plain subprocess instead."""
-
-    def __init__(self, size: int, env: dict[str, str]) -> None:
-        self._env = env
-        self._free: queue.SimpleQueue = queue.SimpleQueue()
-        self._all: list[subprocess.Popen] = []
-        # Re-entrant: the signal handler (main thread) may take it while the main thread holds it.
-        self._lock = threading.RLock()
-        self._size = size if hasattr(os, "fork") and os.environ.get(FORK_ENV) != "0" else 0
-        self._started = 0
-        self.stopping = threading.Event()  # set on a signal: no run starts any more
-        self._signum = 0
-        self._flight: dict[int, tuple[str, Path, int]] = {}  # pid -> (name, run folder, iters)
-
-    def started(self, pid: int, watch: tuple[str, Path, int] | None) -> None:
-        """A run's process ``pid`` is running; it gets the sweep's signal if one came."""
-        with self._lock:
-            self._flight[pid] = watch or ("run", Path("."), 0)
-            signum = self._signum
-        if signum:
-            _kill(pid, signum)  # it began as the sweep stopped
-
-    def ended(self, pid: int) -> None:
-        with self._lock:
-            self._flight.pop(pid, None)
-
-    def stop(self, signum: int) -> None:
-        """Start no run any more and pass ``signum`` on to every run in flight."""
-        with self._lock:
-            self._signum = self._signum or signum
-            self.stopping.set()
-            pids = list(self._flight)
-        for pid in pids:
-            _kill(pid, signum)
-
-    def in_flight(self) -> list[tuple[str, int | None, int]]:
-        """``(name, last logged iteration or None, iterations)`` of each run in flight."""
-        with self._lock:
-            watched = list(self._flight.values())
-        return [(name, _last_iter(path / "history.csv"), total) for name, path, total in watched]
-
-    def take(self) -> subprocess.Popen | None:
-        """A free server (started if none is and fewer than ``size`` are alive), or None: use
-        a subprocess. There are as many servers as job threads, so a wait always ends."""
-        with self._lock:
-            if not self._free.empty() or self._started >= self._size:
-                wait = True
-            else:
-                self._started += 1
-                wait = False
-        if wait:
-            return self._free.get() if self._size else None
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "experiments.zygote"], env=self._env,
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-            text=True, bufsize=1,
-        )  # fmt: skip
-        with self._lock:
-            self._all.append(proc)
-        if proc.stdout.readline().strip() != READY:
-            log.warning("the sweep's fork server did not start; runs use subprocesses")
-            with self._lock:
-                self._started -= 1
-                self._size = 0
-            return None
-        return proc
-
-    def give(self, proc: subprocess.Popen, alive: bool) -> None:
-        """Hand ``proc`` back; a server that died is replaced by the next :meth:`take`."""
-        if alive:
-            self._free.put(proc)
-        else:
-            with self._lock:
-                self._started -= 1
-
-    def close(self) -> None:
-        for proc in self._all:
-            with contextlib.suppress(OSError, ValueError):
-                proc.stdin.close()
-        for proc in self._all:
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-
-
-def _kill(pid: int, signum: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.kill(pid, signum)
-
-
-def _last_iter(path: Path) -> int | None:
-    """The iteration of the last complete row of a run's ``history.csv`` (None: none yet)."""
-    try:
-        with open(path, "rb") as fh:
-            size = fh.seek(0, os.SEEK_END)
-            fh.seek(max(0, size - 4096))
-            tail = fh.read()
-    except OSError:
-        return None
-    rows = tail.split(b"\n")[:-1]  # the text after the last newline may be half a row
-    try:
-        return int(rows[-1].split(b",", 1)[0]) if rows else None
-    except ValueError:
-        return None
-
-
-def _serve(
-    proc: subprocess.Popen,
-    argv: list[str],
-    stderr: Path,
-    servers: _Servers | None = None,
-    watch: tuple[str, Path, int] | None = None,
-) -> int | None:
-    """One run forked from ``proc``; its exit status, or None when the server is gone. The
-    server names the child's pid first, which ``servers`` tracks while the run goes."""
-    pid = None
-    try:
-        proc.stdin.write(json.dumps({"argv": argv, "stderr": str(stderr)}) + "\n")
-        proc.stdin.flush()
-        answer = json.loads(proc.stdout.readline() or "{}")
-        if "pid" in answer:
-            pid = int(answer["pid"])
-            if servers is not None:
-                servers.started(pid, watch)
-            answer = json.loads(proc.stdout.readline() or "{}")
-        return int(answer["status"]) if "status" in answer else None
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    finally:
-        if pid is not None and servers is not None:
-            servers.ended(pid)
-
-
-@contextlib.contextmanager
-def _lock(out: Path):
-    """Refuse a second live sweep on the same folder (it would restart the first's runs)."""
-    path = out / "sweep.lock"
-    try:
-        pid = int(path.read_text().strip())
-    except (OSError, ValueError):
-        pid = None
-    if pid is not None and pid != os.getpid() and _alive(pid):
-        raise ValueError(f"another sweep (pid {pid}) is running in {str(out)!r}; wait for it")
-    path.write_text(f"{os.getpid()}\n")
-    try:
-        yield
-    finally:
-        path.unlink(missing_ok=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def table(cfg: SweepConfig, out: str | Path, selection: Selection | None = None) -> list[dict]:
-    """The summary rows of a sweep folder, one per run of ``cfg`` in run order.
-
-    Args:
-        cfg: the sweep's config.
-        out: the sweep folder.
-        selection: sets the ``bits_to_tol`` column's metric and tol (default ``cfg.select``);
-            the column is present only when the tol is set.
-    """
-    sel = selection or cfg.select
-    out = Path(out)
-    rows = []
-    for spec in cfg.runs():
-        rows.append(_row(spec, out / "runs" / spec.run_id, sel))
-    return rows
-
-
-def write_tables(cfg: SweepConfig, out: str | Path) -> tuple[Path, Path]:
-    """Rewrite ``summary.csv`` and ``best.csv`` of a sweep folder from its run folders."""
-    out = Path(out)
-    rows = table(cfg, out)
-    summary, best_csv = out / "summary.csv", out / "best.csv"
-    _write_csv(summary, rows)
-    _write_csv(best_csv, best(rows, cfg.select))
-    return summary, best_csv
-
-
-def read_summary(path: str | Path) -> dict | None:
-    """A run folder's ``summary.json``, or ``None`` if it is absent or unreadable."""
-    return _summary(Path(path))
-
-
 def _claim(out: Path, cfg: SweepConfig) -> None:
     """Make ``out`` this config's sweep folder, or refuse if it is something else."""
     record = out / "sweep.json"
@@ -560,288 +222,31 @@ def _claim(out: Path, cfg: SweepConfig) -> None:
     tmp.replace(record)
 
 
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["OMP_NUM_THREADS"] = "1"
-    env["MKL_NUM_THREADS"] = "1"
-    path = env.get("PYTHONPATH")
-    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + path if path else "")
-    return env
-
-
-def _execute(
-    spec: RunSpec,
-    run_dir: Path,
-    env: dict[str, str],
-    servers: _Servers | None = None,
-    budget: _Budget | None = None,
-) -> str:
-    """One run, forked from a fork server or in a subprocess; its status (``failed`` leaves
-    ``stderr.txt``). With ``budget``, the run gets its group's bits budget as it starts. A run
-    interrupted earlier is continued from its checkpoint, or run afresh if that fails;
-    ``missing`` when the sweep is stopping and the run did not start."""
-    if servers is not None and servers.stopping.is_set():
-        return "missing"
+@contextlib.contextmanager
+def _lock(out: Path):
+    """Refuse a second live sweep on the same folder (it would restart the first's runs)."""
+    path = out / "sweep.lock"
     try:
-        return _execute_one(spec, run_dir, env, servers, budget)
-    except OSError as e:  # the sweep's own files (stderr.txt, a run folder): a full disk
-        where = f" {e.filename!r}" if e.filename else ""
-        log.warning("run %s: cannot write%s: %s", spec.run_id, where, e.strerror or e)
-        return "failed"
-
-
-def _execute_one(
-    spec: RunSpec, run_dir: Path, env: dict[str, str], servers: _Servers | None,
-    budget: _Budget | None,
-) -> str:  # fmt: skip
-    cap = budget.max_bits(spec) if budget is not None else None
-    extra = ["--max-bits", repr(cap)] if cap is not None else []
-    watch = (_short_name(spec), run_dir, int(spec.params.get("iters", 1000)))
-    if _interrupted(run_dir):
-        code, stderr = _launch(
-            ["--resume", str(run_dir), "--quiet", *extra], env, servers, watch=watch
-        )
-        if code is None:
-            return "missing"
-        summary = _summary(run_dir)
-        if code in (0, 3) and summary is not None and _finished(run_dir):
-            return str(summary.get("reason", "completed"))
-        if code in INTERRUPTED_EXIT and _interrupted(run_dir):
-            return "interrupted"  # stopped again: its newer checkpoint is kept for the next sweep
-        if _stopped_before_start(code, servers):
-            return "interrupted"  # its checkpoint is as it was
-        log.warning("run %s did not resume (exit status %s); running it afresh", spec.run_id, code)
-    if run_dir.exists():
-        shutil.rmtree(run_dir)  # the sweep's own unfinished run: start it afresh
-    run_dir.parent.mkdir(parents=True, exist_ok=True)
-    argv = [*spec.argv, "--quiet", "--out", str(run_dir), "--overwrite", *extra]
-    code, stderr = _launch(argv, env, servers, run_dir, watch=watch)
-    if code is None:
-        return "missing"
-    summary = _summary(run_dir)
-    if code in (0, 3) and summary is not None:
-        return str(summary.get("reason", "completed"))
-    if code in INTERRUPTED_EXIT and _interrupted(run_dir):
-        return "interrupted"  # its checkpoint is there: the next sweep continues it
-    if _stopped_before_start(code, servers):
-        shutil.rmtree(run_dir, ignore_errors=True)  # nothing ran: as if never started
-        return "missing"
-    run_dir.mkdir(parents=True, exist_ok=True)
-    tail = stderr[-STDERR_TAIL:]
-    (run_dir / "stderr.txt").write_text(f"exit status {code}\n{tail}")
-    last = tail.strip().splitlines()[-1] if tail.strip() else "(no stderr)"
-    log.warning("run %s failed (exit status %d): %s", spec.run_id, code, last)
-    return "failed"
-
-
-def _short_name(spec: RunSpec) -> str:
-    """A run's name in progress lines: its label and what varies (``EF21 m4 s0``)."""
-    parts = [str(spec.params.get("label", spec.params.get("algorithm", "run")))]
-    mult, seed = spec.params.get("step_mult"), spec.params.get("seed")
-    if mult is not None:
-        parts.append(f"m{float(mult):g}")
-    if seed is not None:
-        parts.append(f"s{seed}")
-    return " ".join(parts)
-
-
-def _stopped_before_start(code: int | None, servers: _Servers | None) -> bool:
-    """A run that exited on the sweep's signal before its first step (nothing written)."""
-    return code in INTERRUPTED_EXIT and servers is not None and servers.stopping.is_set()
-
-
-def _launch(
-    argv: list[str],
-    env: dict[str, str],
-    servers: _Servers | None,
-    fresh: Path | None = None,
-    watch: tuple[str, Path, int] | None = None,
-) -> tuple[int | None, str]:
-    """``algorithms.run`` with ``argv``, forked from a fork server or in a subprocess: (exit
-    status, stderr). If the server dies under it, ``fresh`` (the folder of a run started from
-    scratch) is removed and the run goes again as a subprocess, unless the sweep is stopping:
-    then the status is None."""
-    proc = servers.take() if servers is not None else None
-    if servers is not None and servers.stopping.is_set():
-        if proc is not None:
-            servers.give(proc, alive=True)
-        return None, ""  # the sweep began to stop while this run waited for its server
-    if proc is not None:
-        fd, tmp = tempfile.mkstemp(prefix="compzoo-run-", suffix=".stderr")
-        os.close(fd)
-        try:
-            code = _serve(proc, argv, Path(tmp), servers, watch)
-            stderr = Path(tmp).read_text(errors="replace")
-        finally:
-            Path(tmp).unlink(missing_ok=True)
-        servers.give(proc, alive=code is not None)
-        if code is not None:
-            return code, stderr
-        if fresh is not None and fresh.exists():
-            shutil.rmtree(fresh)  # the server died under the run: run it afresh below
-    if servers is not None and servers.stopping.is_set():
-        return None, ""
-    child = subprocess.Popen(
-        [sys.executable, "-m", "algorithms.run", *argv], env=env,
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-        text=True, errors="replace",
-    )  # fmt: skip
-    if servers is not None:
-        servers.started(child.pid, watch)
-    try:
-        _, stderr = child.communicate()
-    finally:
-        if servers is not None:
-            servers.ended(child.pid)
-    return child.returncode, stderr
-
-
-class _Budget:
-    """The bits budget of a pruned sweep's next run (module doc, "Pruning").
-
-    A group's finished runs are read once each (a finished run never changes) under a lock:
-    the pool's threads ask as their runs start.
-    """
-
-    def __init__(self, cfg: SweepConfig, specs: list[RunSpec], out: Path, pool: str) -> None:
-        self._sel = cfg.select
-        self._out = out
-        self._pool = pool
-        self._groups: dict[tuple, dict[float, list[str]]] = {}
-        for s in specs:
-            by_mult = self._groups.setdefault(group_key(s.params), {})
-            by_mult.setdefault(float(s.params.get("step_mult", 1.0)), []).append(s.run_id)
-        self._read: dict[str, tuple[float, float] | None] = {}  # run_id -> (bits, bits at 0)
-        self._lock = threading.Lock()
-
-    def max_bits(self, spec: RunSpec) -> float | None:
-        """The runner's ``--max-bits`` for ``spec`` (the smaller of the budget and its own),
-        or None: no multiplier of its group has all its runs finished with a finite score, or
-        the group's runs differ in their iteration-0 bits."""
-        by_mult = self._groups[group_key(spec.params)]
-        with self._lock:
-            pooled, starts = [], set()
-            for ids in by_mult.values():
-                seen = [self._score(i) for i in ids]
-                if any(v is None for v in seen):
-                    continue  # a run of this multiplier has not finished yet
-                starts |= {v[1] for v in seen}
-                pooled.append(pool_seeds([v[0] for v in seen], self._pool))
-        best_so_far = min(pooled, default=math.inf)
-        if not math.isfinite(best_so_far) or len(starts) > 1:
-            return None
-        k = len(by_mult[float(spec.params.get("step_mult", 1.0))])
-        factor = k if self._pool == "mean" else (1 if k % 2 else 2)
-        cap = factor * best_so_far + 1.0  # the runner stops at >= cap: a tie still reaches tol
-        own = spec.params.get("max_bits")
-        return min(cap, float(own)) if own not in (None, "") else cap
-
-    def _score(self, run_id: str) -> tuple[float, float] | None:
-        """(bits to tol, bits at iteration 0) of a finished run (``inf``: did not score), or
-        None while it has not finished."""
-        if run_id in self._read:
-            return self._read[run_id]
-        run_dir = self._out / "runs" / run_id
-        summary = _summary(run_dir)
-        if summary is None or summary.get("reason") in UNFINISHED_REASONS:
-            return None
-        rows = _history(run_dir)
-        start = float(rows[0]["bits_up"]) if rows and rows[0].get("bits_up") else 0.0
-        status = {"status": str(summary.get("reason", "completed"))}
-        bits = bits_to_tol(rows, self._sel.metric, self._sel.tol) if rows else None
-        value = run_score({**status, "bits_to_tol": bits}, self._sel)
-        self._read[run_id] = (value, start)
-        return self._read[run_id]
-
-
-def _summary(run_dir: Path) -> dict | None:
-    try:
-        data = json.loads((run_dir / "summary.json").read_text())
+        pid = int(path.read_text().strip())
     except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+        pid = None
+    if pid is not None and pid != os.getpid() and _alive(pid):
+        raise ValueError(f"another sweep (pid {pid}) is running in {str(out)!r}; wait for it")
+    path.write_text(f"{os.getpid()}\n")
+    try:
+        yield
+    finally:
+        path.unlink(missing_ok=True)
 
 
-INTERRUPTED_EXIT = (130, 143)  # the runner's exit status after SIGINT / SIGTERM
-EXIT_WRITE_FAILED = 5  # the sweep folder (or a run's files) could not be written: a full disk
-INTERRUPTED_MESSAGE = (
-    "interrupted: finished runs are kept and runs stopped mid-way kept their checkpoints; "
-    "rerun the same command to continue"
-)
-
-
-# Stop reasons of runs that did not end by themselves: stopped by a signal, or by a file they
-# could not write (a full disk). The next sweep continues them from their checkpoint.
-UNFINISHED_REASONS = ("interrupted", "write_failed")
-
-
-def _finished(run_dir: Path) -> bool:
-    """Whether a run folder holds a run that ended (a summary, not an interruption)."""
-    summary = _summary(run_dir)
-    return summary is not None and summary.get("reason") not in UNFINISHED_REASONS
-
-
-def _interrupted(run_dir: Path) -> bool:
-    """Whether a run folder holds a run stopped by a signal or a failed write, with a
-    checkpoint to go on from."""
-    summary = _summary(run_dir)
-    return (
-        summary is not None
-        and summary.get("reason") in UNFINISHED_REASONS
-        and (run_dir / "checkpoint" / "meta.json").is_file()
-    )
-
-
-def _row(spec: RunSpec, run_dir: Path, sel: Selection) -> dict[str, Any]:
-    row: dict[str, Any] = {"run_id": spec.run_id, "status": "missing"}
-    row.update(spec.params)
-    summary = _summary(run_dir)
-    if summary is None:
-        err = run_dir / "stderr.txt"
-        if err.is_file():
-            lines = err.read_text(errors="replace").strip().splitlines()
-            row["status"] = "failed"
-            row["error"] = " | ".join([lines[0], lines[-1]] if len(lines) > 1 else lines)
-        return row
-    row["status"] = str(summary.get("reason", "completed"))
-    row["iters_run"] = summary.get("iters")
-    row["gamma"] = summary.get("gamma")
-    final = summary.get("final", {})
-    for col in HISTORY_COLUMNS:
-        if col in final:
-            row[col] = final[col]
-    if sel.tol is not None:
-        row["bits_to_tol"] = bits_to_tol(_history(run_dir), sel.metric, sel.tol)
-    return row
-
-
-def _history(run_dir: Path) -> list[dict]:
-    path = run_dir / "history.csv"
-    if not path.is_file():
-        return []
-    with path.open(newline="") as fh:
-        return list(csv.DictReader(fh))
-
-
-def _cell(v: Any) -> Any:
-    if v is None:
-        return ""
-    if isinstance(v, (list, tuple)):
-        return ";".join(map(str, v))
-    return v
-
-
-def _write_csv(path: Path, rows: list[dict]) -> None:
-    cols: dict[str, None] = {}
-    for row in rows:
-        cols.update(dict.fromkeys(row))
-    tmp = path.with_suffix(".csv.tmp")
-    with tmp.open("w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(cols), restval="")
-        w.writeheader()
-        for row in rows:
-            w.writerow({k: _cell(v) for k, v in row.items()})
-    tmp.replace(path)
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 HELP_FORMAT = """\

@@ -1,11 +1,14 @@
-"""Every command of README.md is exercised, and gives a sensible result.
+"""Every command of README.md and of the pages of docs/ is exercised, and gives a sensible result.
 
-``readme_commands()`` collects the README's commands: the lines of its fenced ``bash`` blocks
-(continuations joined, comments dropped) and the inline ``python -m ...`` / ``torchrun ...``
-spans. ``EXERCISED`` maps each one to how a test runs it: the command itself (in a temporary
-folder) and a check of its result, or, for a template such as ``--dim D``, a concrete instance.
-A README command missing from ``EXERCISED`` (or an entry no longer in the README) fails
-``test_every_command_is_exercised``, so the README cannot gain an untested command.
+``doc_commands()`` collects the commands of ``README.md`` and ``docs/*.md`` (:data:`PAGES`), each
+page through ``readme_commands(text)``: the lines of its fenced ``bash`` blocks (continuations
+joined, comments dropped) and the inline ``python -m ...`` / ``torchrun ...`` spans. ``EXERCISED``
+maps each one to how a test runs it: the command itself (in a temporary folder) and a check of
+its result, or, for a template such as ``--dim D``, a concrete instance. A command missing from
+``EXERCISED`` (or an entry no longer on any page) fails ``test_every_command_is_exercised``, so
+neither the README nor a docs page can gain an untested command. The ``python`` blocks of the
+README and of ``docs/distributed.md`` run below; those of ``docs/contributing.md`` run in
+``tests/test_docs_examples.py``.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
+DOCS = REPO / "docs"
 LIBSVM = REPO.parent / "shared" / "data" / "libsvm"
 
 
@@ -45,8 +49,19 @@ def readme_commands(text: str | None = None) -> list[str]:
     return list(dict.fromkeys(cmds))
 
 
-def python_blocks() -> list[str]:
-    return re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+def pages() -> list[Path]:
+    """The pages whose commands are checked: the README and every page of docs/."""
+    return [README, *sorted(DOCS.glob("*.md"))]
+
+
+def doc_commands() -> list[str]:
+    """The commands of every page, in order of appearance (pages in :func:`pages` order), once."""
+    cmds = [c for page in pages() for c in readme_commands(page.read_text(encoding="utf-8"))]
+    return list(dict.fromkeys(cmds))
+
+
+def python_blocks(page: Path = README) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", page.read_text(encoding="utf-8"), flags=re.S)
 
 
 @dataclass(frozen=True)
@@ -163,6 +178,15 @@ def _check_method_help(tmp: Path, out: str) -> None:
     assert "--regime" in out and "--mechanism" not in out, out
 
 
+def _check_run_folder(tmp: Path, out: str) -> None:
+    s = _summary(tmp / "r")
+    assert s["reason"] == "completed" and s["iters"] == 100, s
+
+
+def _check_docs_current(tmp: Path, out: str) -> None:
+    assert "generated pages up to date" in out, out
+
+
 def _check_resume(tmp: Path, out: str) -> None:
     rows = (tmp / "r" / "history.csv").read_text().splitlines()
     assert rows[-1].split(",")[0] == "40", rows[-1]
@@ -188,6 +212,20 @@ EXERCISED: dict[str, Use] = {
     "--dataset breast-cancer --problem-opt scale=standard --nodes 20 --split contiguous "
     "--lambda 0.1 --x0 zeros --iters 2000 --out runs/ef21": Use(None, _check_ef21),
     "python -m algorithms.run --list": Use(None, _check_listing),
+    "python -m algorithms.run ALGORITHM [options]": Use(
+        [*PY, "algorithms.run", "marina", "--compressor", "randk", "--iters", "100"]
+        + ["--out", "r", "--quiet"],
+        _check_run_folder,
+    ),
+    "python docs/generate.py": Use(
+        None,
+        where="test_generated_pages_are_up_to_date (tests/test_docs_generated.py): the committed "
+        "pages equal what it writes; test_a_method_added_without_regenerating_fails_the_check "
+        "runs it on a copy of docs/",
+    ),
+    "python docs/generate.py --check": Use(
+        [sys.executable, str(REPO / "docs" / "generate.py"), "--check"], _check_docs_current
+    ),
     "python -m algorithms.run ef21 --help": Use(None, _check_method_help),
     TORCHRUN_EXAMPLE: Use(None, marks=("dist",)),
     "torchrun --nnodes 2 --node-rank 0 --nproc-per-node 4 --rdzv-backend c10d --rdzv-endpoint "
@@ -259,11 +297,11 @@ def _argv(cmd: str, use: Use) -> list[str] | None:
 
 
 def test_every_command_is_exercised():
-    cmds = readme_commands()
+    cmds = doc_commands()
     missing = [c for c in cmds if c not in EXERCISED]
     stale = [c for c in EXERCISED if c not in cmds]
-    assert not missing, f"README commands no test exercises: {missing}"
-    assert not stale, f"EXERCISED entries no longer in the README: {stale}"
+    assert not missing, f"commands of README.md or docs/ no test exercises: {missing}"
+    assert not stale, f"EXERCISED entries no longer in README.md or docs/: {stale}"
     for cmd, use in EXERCISED.items():
         assert _argv(cmd, use) is not None or use.where, cmd
 
@@ -362,7 +400,9 @@ def test_torchrun_example(tmp_path: Path):
 
 @pytest.mark.dist
 def test_python_block_ddp(tmp_path: Path):
-    block = next(b for b in python_blocks() if "DistributedDataParallel" in b)
+    block = next(
+        b for b in python_blocks(DOCS / "distributed.md") if "DistributedDataParallel" in b
+    )
     (tmp_path / "x.py").write_text(block)
     out = _run([*TORCHRUN, "--standalone", "--nproc_per_node=2", "x.py"], tmp_path)
     assert re.search(r"rank 0: \d+ bits up, \d+ bytes on the wire", out), out

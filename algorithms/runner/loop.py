@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from algorithms.base import Algorithm
+from algorithms.base import Algorithm, uncharged_init
 from algorithms.runner.checkpoint import (
     check_history,
     check_state,
@@ -206,6 +206,13 @@ def _execute(algo, problem, config, args, out, comm, is_writer, stop, keep, anno
         with recording(watch):
             state = algo.init(problem.x0, problem, comm)
         wall = time.perf_counter() - t0
+        free = uncharged_init(state, problem.x0, float(comm.ledger.up.sum()))
+        if free and is_writer:
+            log.warning(
+                "%s's init set the server's %s with no message charged: if the nodes' data "
+                "reached the server, send it through the comm layer (comm.reduce_full)",
+                type(algo).__name__, ", ".join(free),
+            )  # fmt: skip
         if not getattr(args, "count_init_bits", True):
             comm.ledger.uncount()
     else:

@@ -7,8 +7,8 @@ draws the number of nodes, the dimension, the seed and the compressor's ``k``),
 - a seed fixes the run: two runs with the same seed give the same states, bit for bit;
 - at its theory step on a strongly convex problem its iterates stay finite;
 - the bits are the comm layer's: each step's reported bits are the ledger's growth, every node
-  sends something over a run, and the first round (``init``, when it sends) is charged like
-  the others.
+  sends something over a run, and ``init`` charges what reaches the server (a server field it
+  fills from the nodes' data with no bits charged fails: :func:`algorithms.base.uncharged_init`).
 
 What the contract leaves to other tests: resuming from a checkpoint equals the uninterrupted run
 (``test_checkpoint.py::test_resume_equals_the_uninterrupted_run``, every method), and a method
@@ -26,6 +26,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from algorithms.base import uncharged_init
 from algorithms.comm import SimulatedComm
 from algorithms.registry import ALGORITHMS, usual_compressor
 from compressors import parse_spec
@@ -99,6 +100,8 @@ def test_every_method_keeps_the_contract(name, size):
     n, d, k, seed = size
     algo, problem = _instance(name, n, d, k, seed)
     states, infos, comm, init_bits = _run(algo, problem, seed)
+    free = uncharged_init(states[0], problem.x0, init_bits)
+    assert not free, f"init set the server's {free} with no bits charged"
     for t, state in enumerate(states):
         assert state.t == t and state.x.shape == (d,)
         assert bool(torch.isfinite(state.x).all()), f"non-finite iterate at step {t}"

@@ -125,7 +125,7 @@ def test_refuses_relative_compressors_and_bad_options(ridge):
         ECLSVRG.configure(ridge, parse_spec("randk:k=2"))
     with pytest.raises(ValueError, match="p must be in \\(0, 1\\], got 0"):
         ECLSVRG.configure(ridge, parse_spec("threshold"), p=0.0)
-    with pytest.raises(ValueError, match="batch_size must be a positive integer, got 0"):
+    with pytest.raises(ValueError, match="--batch-size must be a positive integer, got 0"):
         ECLSVRG(parse_spec("threshold"), 0.1, batch_size=0)
 
 

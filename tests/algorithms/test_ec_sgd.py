@@ -120,7 +120,7 @@ def test_minibatch_step_reads_the_per_sample_smoothness(nonconvex):
 def test_refuses_relative_compressors_and_bad_options(quad):
     with pytest.raises(ValueError, match="needs an absolute compressor"):
         ECSGD.configure(quad, parse_spec("topk:k=2"))
-    with pytest.raises(ValueError, match="batch_size must be a positive integer, got 0"):
+    with pytest.raises(ValueError, match="--batch-size must be a positive integer, got 0"):
         ECSGD.configure(quad, parse_spec("threshold"), batch_size=0)
     with pytest.raises(ValueError, match="lam must be a finite number > 0"):
         parse_spec("threshold:lam=0")

@@ -137,7 +137,7 @@ def test_bits_per_round_are_the_formula(sigsq):
     [
         ({"p": 0.0}, "p must be in (0, 1]"),
         ({"p": 1.5}, "p must be in (0, 1]"),
-        ({"batch_size": 0}, "batch_size must be a positive integer"),
+        ({"batch_size": 0}, "--batch-size must be a positive integer"),
         ({"coin": "global"}, "coin must be one of node, shared"),
     ],
 )

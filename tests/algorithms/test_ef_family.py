@@ -367,8 +367,8 @@ def test_ef21_bc_refuses_an_unbiased_downlink(logreg):
         (EF21PP, {"participation": 0.0}, "participation"),
         (EF21PP, {"sampling": "all"}, "sampling"),
         (EF21HB, {"eta": 1.0}, "eta"),
-        (EF21SGD, {"batch_size": 0}, "batch_size"),
-        (EF14, {"batch_size": -2}, "batch_size"),
+        (EF21SGD, {"batch_size": 0}, "--batch-size"),
+        (EF14, {"batch_size": -2}, "--batch-size"),
     ],
 )
 def test_bad_hyperparameters(cls, kw, words):

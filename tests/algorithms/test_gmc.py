@@ -119,7 +119,7 @@ def test_bad_options_and_compressor_are_refused(nonconvex):
     for beta in (1.0, -0.1, 1.5):
         with pytest.raises(ValueError, match=r"beta must be in \[0, 1\)"):
             GMC.configure(nonconvex, parse_spec(TOPK), beta=beta)
-    with pytest.raises(ValueError, match="batch_size must be a positive integer"):
+    with pytest.raises(ValueError, match="--batch-size must be a positive integer"):
         GMC.configure(nonconvex, parse_spec(TOPK), batch_size=0)
     with pytest.raises(ValueError, match="needs a contractive compressor"):
         GMC.configure(nonconvex, parse_spec("randk:k=3"))

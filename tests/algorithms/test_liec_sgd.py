@@ -148,7 +148,7 @@ def test_bad_options_and_compressors_are_refused(nonconvex):
     for period in (0, -3, 2.5):
         with pytest.raises(ValueError, match="period must be a positive integer"):
             LIECSGD.configure(nonconvex, c, period=period)
-    with pytest.raises(ValueError, match="batch_size must be a positive integer"):
+    with pytest.raises(ValueError, match="--batch-size must be a positive integer"):
         LIECSGD.configure(nonconvex, c, batch_size=0)
     with pytest.raises(ValueError, match="needs a contractive compressor"):
         LIECSGD.configure(nonconvex, parse_spec("randk:k=3"))

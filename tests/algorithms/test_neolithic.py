@@ -172,7 +172,7 @@ def test_bad_options_are_refused(noisy):
     for bad, match in [({"rounds": 0}, "rounds must be a positive integer"),
                        ({"msc_tol": 1.0}, r"msc_tol must be in \(0, 1\)"),
                        ({"memory": "x"}, "memory must be one of ef, none"),
-                       ({"batch_size": 0}, "batch_size must be a positive integer")]:  # fmt: skip
+                       ({"batch_size": 0}, "--batch-size must be a positive integer")]:  # fmt: skip
         with pytest.raises(ValueError, match=match):
             NEOLITHIC(compressor=C, gamma=0.1, **bad)
     with pytest.raises(ValueError, match="tol must be in"):

@@ -376,7 +376,7 @@ def test_comp_ams_refuses_an_unbiased_only_compressor_unless_forced(ridge):
         (DIANA, {"init_mode": "compressed"}, "init"),
         (MARINA, {"p": 1.5}, "p must be"),
         (PPMARINA, {"participation": 0.0}, "participation"),
-        (VRMARINA, {"batch_size": 0}, "batch_size"),
+        (VRMARINA, {"batch_size": 0}, "--batch-size"),
         (DASHA, {"momentum": 2.0}, "momentum"),
         (DASHAMVR, {"b": 0.0}, "mvr-b"),
         (DASHASYNCMVR, {"mega_batch": 0}, "mega-batch"),

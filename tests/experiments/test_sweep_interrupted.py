@@ -21,7 +21,7 @@ import pytest
 
 from algorithms.run import run
 from experiments import reproduce as rep
-from experiments import sweep as sweep_mod
+from experiments import sweep_pool
 from experiments.config import load_config
 from experiments.sweep import run_sweep
 
@@ -151,8 +151,8 @@ def test_a_run_interrupted_again_while_resuming_keeps_its_checkpoint(tmp_path, m
         calls.append(argv)
         return 130, "SIGINT"
 
-    monkeypatch.setattr(sweep_mod, "_launch", stopped_again)
-    assert sweep_mod._execute(spec, run_dir, {}) == "interrupted"
+    monkeypatch.setattr(sweep_pool, "_launch", stopped_again)
+    assert sweep_pool._execute(spec, run_dir, {}) == "interrupted"
     assert calls == [["--resume", str(run_dir), "--quiet"]]  # resumed, not started afresh
     assert (run_dir / "checkpoint" / "meta.json").is_file()
     assert not (run_dir / "stderr.txt").exists()

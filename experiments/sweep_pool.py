@@ -1,0 +1,280 @@
+"""Running a sweep's runs on this machine (the ``pool`` executor): ``--jobs`` at once, each
+forked from a fork server or in a subprocess (:mod:`experiments.sweep_servers`), a run stopped
+earlier continued from its checkpoint, SIGINT/SIGTERM passed on to the runs in flight, and the
+progress shown as a bar or as periodic lines (:mod:`experiments.sweep` describes all three)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from experiments.config import RunSpec, SweepConfig
+from experiments.sweep_budget import _Budget
+from experiments.sweep_servers import _env, _serve, _Servers
+from experiments.sweep_tables import _finished, _interrupted, _summary
+from streams import interrupts
+
+log = logging.getLogger("compzoo.sweep")
+
+STDERR_TAIL = 4000  # characters of a failed run's stderr kept in its stderr.txt
+# Where no progress bar is drawn (stderr not a terminal), a progress line every this many seconds.
+PROGRESS_ENV, PROGRESS_S = "COMPZOO_PROGRESS_S", 30.0
+INTERRUPTED_EXIT = (130, 143)  # the runner's exit status after SIGINT / SIGTERM
+
+
+def _run_all(
+    cfg: SweepConfig, out: Path, jobs: int, progress: bool, prune: str | None = None
+) -> int:
+    """Every unfinished run, ``jobs`` at once; the signal that stopped the sweep, or 0.
+
+    SIGINT or SIGTERM (to the sweep alone or to its process group) stops the sweep: no queued
+    run starts, the signal is passed on to every run in flight (which stops after its step
+    with a checkpoint; a run that received it from the group too counts it once), and this
+    returns once they have all ended."""
+    specs = cfg.runs()
+    todo = [s for s in specs if not _finished(out / "runs" / s.run_id)]
+    budget = _Budget(cfg, specs, out, prune) if prune is not None else None
+    if budget is not None:
+        todo.sort(key=lambda s: -float(s.params.get("step_mult", 1.0)))  # stable: config order
+    env = _env()
+    bar = tqdm(
+        total=len(specs),
+        initial=len(specs) - len(todo),
+        desc=cfg.name,
+        unit="run",
+        file=sys.stderr,
+        disable=not progress or None,
+    )
+    lines = _ProgressLines(cfg.name, len(specs), progress and bar.disable)
+    failed = 0
+    servers = _Servers(min(jobs, len(todo)), env)
+    done = len(specs) - len(todo)
+    with _Stopper(servers) as stopper:
+        try:
+            with ThreadPoolExecutor(max_workers=jobs) as pool:
+                futures = {
+                    pool.submit(_execute, s, out / "runs" / s.run_id, env, servers, budget)
+                    for s in todo
+                }
+                while futures:
+                    finished, futures = wait(futures, timeout=1.0, return_when=FIRST_COMPLETED)
+                    for fut in finished:
+                        if fut.result() == "failed":
+                            failed += 1
+                            bar.set_postfix(failed=failed)
+                        done += 1
+                        bar.update(1)
+                    flight = servers.in_flight()
+                    if not bar.disable:
+                        bar.set_postfix_str(_flight_text(flight, failed), refresh=True)
+                    lines.tick(done, flight, failed)
+        finally:
+            servers.close()
+            bar.close()
+    return stopper.signum
+
+
+def _flight_text(flight: list[tuple[str, int | None, int]], failed: int) -> str:
+    """The runs in flight as ``m4 s0: 6000/20000`` items (and the failed count)."""
+    parts = [f"failed {failed}"] if failed else []
+    for name, t, total in flight[:4]:
+        parts.append(f"{name}: {'-' if t is None else t}/{total}")
+    if len(flight) > 4:
+        parts.append(f"+{len(flight) - 4} more")
+    return ", ".join(parts)
+
+
+class _ProgressLines:
+    """Where no bar is drawn: a line on stderr every ``COMPZOO_PROGRESS_S`` seconds (30)."""
+
+    def __init__(self, name: str, total: int, on: bool) -> None:
+        try:
+            self.every = float(os.environ.get(PROGRESS_ENV, PROGRESS_S))
+        except ValueError:
+            self.every = PROGRESS_S
+        self.on = on and self.every > 0
+        self.name, self.total = name, total
+        self.start = self.last = time.monotonic()
+
+    def tick(self, done: int, flight: list, failed: int) -> None:
+        now = time.monotonic()
+        if not self.on or now - self.last < self.every:
+            return
+        self.last = now
+        what = _flight_text(flight, failed)
+        sys.stderr.write(
+            f"{self.name}: {done}/{self.total} runs done, {now - self.start:.0f} s"
+            + (f"; in flight: {what}" if what else "")
+            + "\n"
+        )
+        sys.stderr.flush()
+
+
+class _Stopper:
+    """SIGINT/SIGTERM handlers for the time the runs go (main thread only): the first signal
+    stops new runs and is passed on to the runs in flight, as is every later one (a run stops
+    at once on a second signal, keeping its last checkpoint)."""
+
+    def __init__(self, servers: _Servers) -> None:
+        self.servers = servers
+        self.signum = 0
+        self._old: dict[int, Any] = {}
+
+    def __enter__(self) -> _Stopper:
+        if threading.current_thread() is threading.main_thread():
+            interrupts.release()
+            self._old = {s: signal.signal(s, self._handle) for s in interrupts.SIGNALS}
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for s, old in self._old.items():
+            signal.signal(s, old)
+
+    def _handle(self, signum: int, frame) -> None:
+        if not self.signum:
+            self.signum = signum
+            sys.stderr.write(
+                f"\n{signal.Signals(signum).name}: the sweep stops; no new run starts, the runs "
+                "in flight stop after their step with a checkpoint\n"
+            )
+            sys.stderr.flush()
+        self.servers.stop(signum)
+
+
+def _execute(
+    spec: RunSpec,
+    run_dir: Path,
+    env: dict[str, str],
+    servers: _Servers | None = None,
+    budget: _Budget | None = None,
+) -> str:
+    """One run, forked from a fork server or in a subprocess; its status (``failed`` leaves
+    ``stderr.txt``). With ``budget``, the run gets its group's bits budget as it starts. A run
+    interrupted earlier is continued from its checkpoint, or run afresh if that fails;
+    ``missing`` when the sweep is stopping and the run did not start."""
+    if servers is not None and servers.stopping.is_set():
+        return "missing"
+    try:
+        return _execute_one(spec, run_dir, env, servers, budget)
+    except OSError as e:  # the sweep's own files (stderr.txt, a run folder): a full disk
+        where = f" {e.filename!r}" if e.filename else ""
+        log.warning("run %s: cannot write%s: %s", spec.run_id, where, e.strerror or e)
+        return "failed"
+
+
+def _execute_one(
+    spec: RunSpec, run_dir: Path, env: dict[str, str], servers: _Servers | None,
+    budget: _Budget | None,
+) -> str:  # fmt: skip
+    cap = budget.max_bits(spec) if budget is not None else None
+    extra = ["--max-bits", repr(cap)] if cap is not None else []
+    watch = (_short_name(spec), run_dir, int(spec.params.get("iters", 1000)))
+    if _interrupted(run_dir):
+        code, stderr = _launch(
+            ["--resume", str(run_dir), "--quiet", *extra], env, servers, watch=watch
+        )
+        if code is None:
+            return "missing"
+        summary = _summary(run_dir)
+        if code in (0, 3) and summary is not None and _finished(run_dir):
+            return str(summary.get("reason", "completed"))
+        if code in INTERRUPTED_EXIT and _interrupted(run_dir):
+            return "interrupted"  # stopped again: its newer checkpoint is kept for the next sweep
+        if _stopped_before_start(code, servers):
+            return "interrupted"  # its checkpoint is as it was
+        log.warning("run %s did not resume (exit status %s); running it afresh", spec.run_id, code)
+    if run_dir.exists():
+        shutil.rmtree(run_dir)  # the sweep's own unfinished run: start it afresh
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    argv = [*spec.argv, "--quiet", "--out", str(run_dir), "--overwrite", *extra]
+    code, stderr = _launch(argv, env, servers, run_dir, watch=watch)
+    if code is None:
+        return "missing"
+    summary = _summary(run_dir)
+    if code in (0, 3) and summary is not None:
+        return str(summary.get("reason", "completed"))
+    if code in INTERRUPTED_EXIT and _interrupted(run_dir):
+        return "interrupted"  # its checkpoint is there: the next sweep continues it
+    if _stopped_before_start(code, servers):
+        shutil.rmtree(run_dir, ignore_errors=True)  # nothing ran: as if never started
+        return "missing"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    tail = stderr[-STDERR_TAIL:]
+    (run_dir / "stderr.txt").write_text(f"exit status {code}\n{tail}")
+    last = tail.strip().splitlines()[-1] if tail.strip() else "(no stderr)"
+    log.warning("run %s failed (exit status %d): %s", spec.run_id, code, last)
+    return "failed"
+
+
+def _short_name(spec: RunSpec) -> str:
+    """A run's name in progress lines: its label and what varies (``EF21 m4 s0``)."""
+    parts = [str(spec.params.get("label", spec.params.get("algorithm", "run")))]
+    mult, seed = spec.params.get("step_mult"), spec.params.get("seed")
+    if mult is not None:
+        parts.append(f"m{float(mult):g}")
+    if seed is not None:
+        parts.append(f"s{seed}")
+    return " ".join(parts)
+
+
+def _stopped_before_start(code: int | None, servers: _Servers | None) -> bool:
+    """A run that exited on the sweep's signal before its first step (nothing written)."""
+    return code in INTERRUPTED_EXIT and servers is not None and servers.stopping.is_set()
+
+
+def _launch(
+    argv: list[str],
+    env: dict[str, str],
+    servers: _Servers | None,
+    fresh: Path | None = None,
+    watch: tuple[str, Path, int] | None = None,
+) -> tuple[int | None, str]:
+    """``algorithms.run`` with ``argv``, forked from a fork server or in a subprocess: (exit
+    status, stderr). If the server dies under it, ``fresh`` (the folder of a run started from
+    scratch) is removed and the run goes again as a subprocess, unless the sweep is stopping:
+    then the status is None."""
+    proc = servers.take() if servers is not None else None
+    if servers is not None and servers.stopping.is_set():
+        if proc is not None:
+            servers.give(proc, alive=True)
+        return None, ""  # the sweep began to stop while this run waited for its server
+    if proc is not None:
+        fd, tmp = tempfile.mkstemp(prefix="compzoo-run-", suffix=".stderr")
+        os.close(fd)
+        try:
+            code = _serve(proc, argv, Path(tmp), servers, watch)
+            stderr = Path(tmp).read_text(errors="replace")
+        finally:
+            Path(tmp).unlink(missing_ok=True)
+        servers.give(proc, alive=code is not None)
+        if code is not None:
+            return code, stderr
+        if fresh is not None and fresh.exists():
+            shutil.rmtree(fresh)  # the server died under the run: run it afresh below
+    if servers is not None and servers.stopping.is_set():
+        return None, ""
+    child = subprocess.Popen(
+        [sys.executable, "-m", "algorithms.run", *argv], env=env,
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        text=True, errors="replace",
+    )  # fmt: skip
+    if servers is not None:
+        servers.started(child.pid, watch)
+    try:
+        _, stderr = child.communicate()
+    finally:
+        if servers is not None:
+            servers.ended(child.pid)
+    return child.returncode, stderr
