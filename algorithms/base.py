@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from algorithms.comm import Comm
+from comm import Comm
 from compressors import Compressor
 
 __all__ = ["Algorithm", "Option", "State", "StepInfo", "Theory", "check_compressor", "option"]
@@ -30,7 +30,7 @@ __all__ = ["Algorithm", "Option", "State", "StepInfo", "Theory", "check_compress
 class State:
     """The iterate ``x`` (``(d,)``) and the step counter; methods extend it with their rows:
     a method's state is a frozen dataclass subclass declaring its own fields (``g_i``, one row
-    per node; ``g``, the server's), as ``algorithms/ef21.py``'s ``EF21State``."""
+    per node; ``g``, the server's), as ``algorithms/ef/ef21.py``'s ``EF21State``."""
 
     x: torch.Tensor
     t: int

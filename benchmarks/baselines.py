@@ -1,8 +1,8 @@
 """Per-node-loop NumPy implementations of EF21 + Top-K, DIANA + Rand-K, MARINA + Rand-K and
 DASHA + Rand-K on ``logreg-nonconvex``: the way reference experiment code is usually written
 (one Python loop over the nodes per iteration, NumPy inside). They are the baselines the
-benchmarks compare against, and they follow the same maths as ``algorithms.ef21``,
-``algorithms.diana``, ``algorithms.marina`` and ``algorithms.dasha``.
+benchmarks compare against, and they follow the same maths as ``algorithms.ef.ef21``,
+``algorithms.shifts.diana``, ``algorithms.vr.marina`` and ``algorithms.vr.dasha``.
 
 Node data may be dense NumPy arrays or SciPy CSR matrices (``A @ x`` and ``A.T @ s`` work on
 both); every vector keeps the dtype of ``x0``.

@@ -6,8 +6,8 @@ per step, each node with its own rows), but with care: each node's ``A_i`` and `
 CSR matrices built once, ``-b_i`` and ``-b_i / m_i`` are precomputed, the regulariser's gradient
 (the same for every node at a shared ``x``) is computed once per step, the sigmoid is computed
 in place, and a compressed message touches only its ``k`` kept coordinates. The maths are those
-of ``algorithms.ef21`` (arXiv 2106.05203, Alg. 2), ``algorithms.diana`` (arXiv 1901.09269,
-``h_i^0 = 0``), ``algorithms.marina`` (arXiv 2102.07845, Alg. 1) and ``algorithms.dasha``
+of ``algorithms.ef.ef21`` (arXiv 2106.05203, Alg. 2), ``algorithms.shifts.diana`` (arXiv 1901.09269,
+``h_i^0 = 0``), ``algorithms.vr.marina`` (arXiv 2102.07845, Alg. 1) and ``algorithms.vr.dasha``
 (arXiv 2202.01268, Alg. 1, full gradients), so their iterates equal compzoo's for deterministic
 compressors (checked in ``tests/benchmarks/test_bench_paper.py``).
 

@@ -22,9 +22,9 @@ import argparse
 
 import torch
 
-from algorithms.comm import SimulatedComm
 from benchmarks.clock import median_seconds
 from benchmarks.progress import Tracker
+from comm import SimulatedComm
 from compressors import parse_spec
 from compressors.registry import COMPRESSORS
 from streams import Streams

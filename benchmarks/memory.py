@@ -77,10 +77,10 @@ def worker(n: int, d: int, iters: int, device: str = "cpu", methods=None) -> lis
     import scipy.sparse as sp
     import torch
 
-    from algorithms.comm import SimulatedComm
     from algorithms.registry import ALGORITHMS
     from benchmarks import bandwidth
     from benchmarks.per_iteration import LAM, compressor_for
+    from comm import SimulatedComm
     from compressors import parse_spec
     from problems.logreg_nonconvex import LogRegNonconvex
 

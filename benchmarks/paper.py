@@ -45,11 +45,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from algorithms.comm import SimulatedComm
 from algorithms.registry import ALGORITHMS
 from benchmarks import bandwidth
 from benchmarks.baselines_sparse import DashaLoop, DianaLoop, EF21Loop, MarinaLoop, nodes_from_csr
 from benchmarks.progress import Tracker
+from comm import SimulatedComm
 from compressors import parse_spec
 from problems.registry import make_problem
 from streams import tags

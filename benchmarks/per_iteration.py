@@ -30,11 +30,11 @@ import scipy.sparse as sp
 import torch
 
 import problems.glm as glm
-from algorithms.comm import SimulatedComm
 from algorithms.registry import ALGORITHMS, usual_compressor
 from benchmarks import bandwidth, baselines
 from benchmarks.clock import median_seconds
 from benchmarks.progress import Tracker, reason, why_skipped
+from comm import SimulatedComm
 from compressors import parse_spec
 from problems.logreg_nonconvex import LogRegNonconvex
 from streams import tags

@@ -131,9 +131,9 @@ def _theory_on_default(name: str, cls, problem, run_defaults: dict) -> tuple[str
 
 def methods_page() -> str:
     from algorithms.registry import ALGORITHMS, ALIASES
-    from algorithms.runner.cli import first_sentence
-    from algorithms.runner.config import RunConfig
     from problems.registry import make_problem
+    from runner.cli import first_sentence
+    from runner.config import RunConfig
 
     run_defaults = {f.name: f.default for f in dataclasses.fields(RunConfig)}
     problem = make_problem("quadratic", nodes=NODES)
@@ -187,8 +187,8 @@ def _param(c, name: str) -> str:
 
 
 def _compressor_row(name: str, cls, d: int, note: str = "") -> str:
-    from algorithms.runner.cli import first_sentence
     from compressors.__main__ import describe
+    from runner.cli import first_sentence
 
     c = cls().bind(NODES)
     row = describe(c, d)

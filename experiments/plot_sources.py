@@ -142,7 +142,7 @@ def run_params(run_dir: Path) -> dict:
 @lru_cache(maxsize=1)
 def _flag_names() -> dict[str, str]:
     """The runner's argument names (``opt_lam``) -> flag names (``ef_lambda``)."""
-    from algorithms.runner.cli import build_parser
+    from runner.cli import build_parser
 
     names = {}
     for action in build_parser(every=True)._actions:

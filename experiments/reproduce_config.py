@@ -154,7 +154,7 @@ def _resolve_steps(sweep: dict) -> None:
     if "dataset" in sweep.get("grid", {}):
         raise ValueError('step = "1/L" needs one data set, not a grid over datasets')
     from algorithms.run import configure
-    from algorithms.runner.cli import parse_run
+    from runner.cli import parse_run
 
     argv = ["dcgd", "--compressor", "identity"]
     for key, val in sweep.get("base", {}).items():

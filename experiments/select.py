@@ -9,7 +9,7 @@ score wins (ties go to the smaller multiplier, the safer step):
 - ``bits_to_tol``: the uplink bits per node spent until ``metric <= tol`` first held at a
   logged iteration (``+inf`` if it never did, if the run diverged, was unstable or failed, or if
   after reaching ``tol`` it blew up: its history ends more than 10 times above
-  ``max(best, tol)`` or above its start, :func:`algorithms.stability.verdict`). A run's status
+  ``max(best, tol)`` or above its start, :func:`runner.stability.verdict`). A run's status
   ``unstable`` comes from the runner; the history test also catches runs written before the
   runner had that status.
 
@@ -26,8 +26,8 @@ import math
 import statistics
 from typing import Any
 
-from algorithms.stability import verdict
 from experiments.config import Selection
+from runner.stability import verdict
 
 # Columns of a summary table that are results, not parameters: never part of a group key.
 HISTORY_COLUMNS = (

@@ -7,10 +7,10 @@ Two passes, cheapest first:
   parser; two values of a grid key that the runner reads as the same value (``1``, ``1.0`` and
   ``1e0``; ``"topk:k=1"`` and ``"topk: k=1"``) are refused as a repeat, and so are two methods
   that give the same runs (an alias, a flag set to its default); every run's scalar options
-  pass the runner's :func:`~algorithms.runner.cli.check_run_options` and its ``--step`` parse.
+  pass the runner's :func:`~runner.cli.check_run_options` and its ``--step`` parse.
 - :func:`resolve_runs` (``run_sweep`` calls it before it touches the sweep folder): every
   compressor spec parses, and one run per group (runs that differ only in ``step_mult`` and
-  ``seed``) is resolved by :func:`algorithms.runner.resolve.configure`, quietly: the problem is
+  ``seed``) is resolved by :func:`runner.resolve.configure`, quietly: the problem is
   built (its data file read, its constants computed) and the method configured with its
   step, so a missing data file or an option the method does not take is found here.
 
@@ -35,8 +35,8 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
-from algorithms.runner.config import RunConfig
 from experiments.config import SweepConfig, _argv, _parser
+from runner.config import RunConfig
 
 # A sweep key whose value is a compressor spec: repeats are found on the parsed spec.
 SPEC_KEYS = ("compressor", "down_compressor")
@@ -90,9 +90,9 @@ def resolve_runs(cfg: SweepConfig, *, device_here: bool = True) -> None:
             not take, a compressor too large for the problem, ...), named as described in the
             module doc.
     """
-    from algorithms.runner.resolve import check_device, configure
     from compressors import parse_spec
     from experiments.select import group_key
+    from runner.resolve import check_device, configure
 
     seen: set[tuple] = set()
     for where, key, value in _all_sources(cfg):
@@ -229,7 +229,7 @@ def _refuse_same_methods(cfg: SweepConfig, fixed: list[argparse.Namespace]) -> N
 
 def _scalar_error(ns: argparse.Namespace) -> str | None:
     """The runner's checks of a run's scalar options (no problem built), or None if it passes."""
-    from algorithms.runner.cli import check_run_options
+    from runner.cli import check_run_options
 
     try:
         check_run_options(ns)

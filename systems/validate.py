@@ -59,7 +59,7 @@ def fit_collective(nbytes, seconds, p: int, collective: str = "allreduce"):
 
 def _bench(out: Path, sizes, repeats: int) -> None:
     """Under torchrun: time the comm layer's dense all-reduce and bit-packed all-gather."""
-    from algorithms.comm.torch_dist import TorchDistComm, start_group, stop_group
+    from comm.torch_dist import TorchDistComm, start_group, stop_group
     from compressors import timing
     from compressors.registry import parse_spec
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from algorithms.comm import SimulatedComm
+from comm import SimulatedComm
 
 
 def trajectory(algo, problem, T: int, seed: int = 0):

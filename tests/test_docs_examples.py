@@ -204,8 +204,8 @@ def test_method_converges_and_equals_the_registered_ef21(load):
 
 def test_method_passes_the_registry_wide_method_tests(load, monkeypatch, tmp_path):
     from algorithms.registry import ALGORITHMS
-    from algorithms.runner.cli import list_everything
     from compressors import parse_spec
+    from runner.cli import list_everything
 
     method = load("Algorithm")
     monkeypatch.setitem(ALGORITHMS, "ef-gd", method)

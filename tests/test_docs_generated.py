@@ -57,7 +57,7 @@ def test_every_registered_name_is_on_its_page(gen):
 
 def test_a_method_added_without_regenerating_fails_the_check(gen, monkeypatch, tmp_path, capsys):
     from algorithms.base import option
-    from algorithms.ef21 import EF21
+    from algorithms.ef.ef21 import EF21
     from algorithms.registry import ALGORITHMS
 
     @dataclasses.dataclass(frozen=True)

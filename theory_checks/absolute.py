@@ -30,10 +30,10 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
-from algorithms.comm import SimulatedComm
-from algorithms.ec_lsvrg import ECLSVRG
-from algorithms.ec_sgd import ECSGD, ECState
+from algorithms.absolute.ec_lsvrg import ECLSVRG
+from algorithms.absolute.ec_sgd import ECSGD, ECState
 from algorithms.stepsizes.absolute import ec_distance_bound
+from comm import SimulatedComm
 from compressors import COMPRESSORS, Compressor, parse_spec
 from compressors.montecarlo import Z, draws_of, estimate
 from problems.least_squares import LeastSquares

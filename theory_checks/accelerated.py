@@ -26,8 +26,8 @@ with a lagged anchor, no acceleration) and ADIANA with the ``z`` sequence frozen
 are capped at DIANA's rounds at the same ``kappa`` and seed (claim 3 is lost beyond it).
 
 CANITA (Li & Richtárik 2021, arXiv 2107.09461; the class is a labelled reconstruction, see
-:mod:`algorithms.canita`) is checked on a general convex instance: the tridiagonal quadratic of
-:mod:`problems.quadratic_tridiagonal` with ``n = 100``, ``d = 1000``, ``s = 0.2`` and
+:mod:`algorithms.shifts.canita`) is checked on a general convex instance: the tridiagonal quadratic
+of :mod:`problems.quadratic_tridiagonal` with ``n = 100``, ``d = 1000``, ``s = 0.2`` and
 ``lambda`` chosen so that the shift ``sigma`` is 0 (``A_i = a_i T``: Nesterov's worst-case
 chain, ``mu = lambda_min = abar t_1 ~ 2.9e-6``, so ``L/mu ~ 4e5`` and the first ``~10^3``
 rounds see no strong convexity), start ``x^0 = sqrt(d) e_1``, RandK ``K = 500`` (``omega = 1``),
@@ -54,10 +54,10 @@ import math
 import numpy as np
 import torch
 
-from algorithms.adiana import ADIANA
-from algorithms.canita import CANITA
-from algorithms.comm import SimulatedComm
-from algorithms.diana import DIANA
+from algorithms.shifts.adiana import ADIANA
+from algorithms.shifts.canita import CANITA
+from algorithms.shifts.diana import DIANA
+from comm import SimulatedComm
 from compressors import parse_spec
 from problems.registry import make_problem
 from theory_checks.base import Check, Outcome, Variant, single_threaded

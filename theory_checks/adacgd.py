@@ -25,8 +25,8 @@ import math
 import torch
 
 from algorithms import stepsizes
-from algorithms.adacgd import AdaCGD, adaptive, parse_levels
-from algorithms.comm import SimulatedComm
+from algorithms.ef.adacgd import AdaCGD, adaptive, parse_levels
+from comm import SimulatedComm
 from compressors import parse_spec
 from problems.registry import make_problem
 from theory_checks.base import Check, Outcome, Variant, single_threaded

@@ -29,10 +29,10 @@ import math
 
 import numpy as np
 
-from algorithms.artemis import Artemis
-from algorithms.bidirectional_common import uplink_with_memory
-from algorithms.dore import DORE, DOREState
-from algorithms.mcm import MCM, MCMState
+from algorithms.bidirectional.artemis import Artemis
+from algorithms.bidirectional.bidirectional_common import uplink_with_memory
+from algorithms.bidirectional.dore import DORE, DOREState
+from algorithms.bidirectional.mcm import MCM, MCMState
 from compressors import parse_spec
 from problems.least_squares import LeastSquares
 from streams import tags

@@ -61,10 +61,10 @@ import functools
 import numpy as np
 import torch
 
-from algorithms.byz_dasha_page import TAG_BDP_BATCH, ByzDASHAPAGE
-from algorithms.byz_ef21 import ByzEF21
-from algorithms.byz_vr_marina import TAG_BYZ_BATCH, ByzVRMARINA
-from algorithms.rosdhb import RoSDHB
+from algorithms.byzantine.byz_dasha_page import TAG_BDP_BATCH, ByzDASHAPAGE
+from algorithms.byzantine.byz_ef21 import ByzEF21
+from algorithms.byzantine.byz_vr_marina import TAG_BYZ_BATCH, ByzVRMARINA
+from algorithms.byzantine.rosdhb import RoSDHB
 from compressors import parse_spec
 from problems.logreg import LogReg
 from problems.registry import make_problem

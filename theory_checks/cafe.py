@@ -40,10 +40,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from algorithms.base import State
-from algorithms.cafe import CAFe, CAFeS, CAFeState
-from algorithms.comm.base import Comm
-from algorithms.dcgd import DCGD
+from algorithms.shifts.cafe import CAFe, CAFeS, CAFeState
+from algorithms.shifts.dcgd import DCGD
 from algorithms.stepsizes.ef import ef21_theta_beta
+from comm.base import Comm
 from compressors import parse_spec
 from problems.registry import make_problem
 from theory_checks.base import Check, Outcome, Variant, single_threaded

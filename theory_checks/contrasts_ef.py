@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import math
 
-from algorithms.dcgd import DCGD
-from algorithms.ef14 import EF14
-from algorithms.ef21 import EF21
+from algorithms.ef.ef14 import EF14
+from algorithms.ef.ef21 import EF21
+from algorithms.shifts.dcgd import DCGD
 from compressors import parse_spec
 from theory_checks.base import Check, Outcome, Variant
 from theory_checks.ef_checks import pl_ratio

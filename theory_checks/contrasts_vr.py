@@ -14,11 +14,11 @@ import math
 
 import numpy as np
 
-from algorithms.comm import SimulatedComm
-from algorithms.dasha import DASHA
-from algorithms.dcgd import DCGD
-from algorithms.diana import DIANA
-from algorithms.marina import MARINA
+from algorithms.shifts.dcgd import DCGD
+from algorithms.shifts.diana import DIANA
+from algorithms.vr.dasha import DASHA
+from algorithms.vr.marina import MARINA
+from comm import SimulatedComm
 from compressors import parse_spec
 from streams import tags
 from theory_checks.base import Check, Outcome, Variant

@@ -32,13 +32,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from algorithms import three_pc_mechanisms as mech
-from algorithms.comm import SimulatedComm
-from algorithms.dcgd import DCGD
-from algorithms.ef14 import EF14
-from algorithms.ef21 import EF21
-from algorithms.ef_bv import EFBV
-from algorithms.three_pc import ThreePC, second_compressor
+from algorithms.ef import three_pc_mechanisms as mech
+from algorithms.ef.ef14 import EF14
+from algorithms.ef.ef21 import EF21
+from algorithms.ef.ef_bv import EFBV
+from algorithms.ef.three_pc import ThreePC, second_compressor
+from algorithms.shifts.dcgd import DCGD
+from comm import SimulatedComm
 from compressors import parse_spec
 from problems.registry import make_problem
 from theory_checks.base import Check, Outcome, Variant

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from algorithms.comm import SimulatedComm
+from comm import SimulatedComm
 from problems.instances import BEZ_A, beznosikov, heterogeneous_ridge
 from problems.least_squares import LeastSquares
 from theory_checks.base import single_threaded

@@ -33,8 +33,8 @@ import math
 import numpy as np
 import torch
 
-from algorithms.comm import SimulatedComm
-from algorithms.compressed_scaffnew import CompressedScaffnew
+from algorithms.local.compressed_scaffnew import CompressedScaffnew
+from comm import SimulatedComm
 from compressors.identity import Identity
 from problems.least_squares import LeastSquares
 from theory_checks.base import Check, Outcome, Variant, single_threaded

@@ -30,10 +30,10 @@ import math
 
 import numpy as np
 
-from algorithms.comm import SimulatedComm
-from algorithms.dcgd_plus import DCGDPlus
-from algorithms.diana_plus import DIANAPlus
+from algorithms.shifts.dcgd_plus import DCGDPlus
+from algorithms.shifts.diana_plus import DIANAPlus
 from algorithms.stepsizes import matrix_smoothness as steps
+from comm import SimulatedComm
 from compressors import parse_spec
 from problems.least_squares import LeastSquares
 from streams import tags

@@ -3,9 +3,9 @@ compensation, under a global momentum (GMC) and with bidirectional compression a
 models (LIEC-SGD).
 
 Neither paper's algorithm box nor its theorem could be read here (abstracts only; LIEC-SGD's
-update is its authors' code; see :class:`algorithms.gmc.GMC`,
-:class:`algorithms.liec_sgd.LIECSGD`), so the claim checked is the one both abstracts make and
-every error-feedback analysis shares, not a constant of either paper: with full local
+update is its authors' code; see :class:`algorithms.momentum.gmc.GMC`,
+:class:`algorithms.momentum.liec_sgd.LIECSGD`), so the claim checked is the one both abstracts make
+and every error-feedback analysis shares, not a constant of either paper: with full local
 gradients (no sampling noise) and a contractive compressor, the compensation makes the
 compression error a second-order effect of the step. Error feedback's compression term is
 ``O(gamma^2)`` (Karimireddy et al. 2019, arXiv 1901.09847, Thm II; Stich & Karimireddy 2019,
@@ -47,8 +47,8 @@ import dataclasses
 import numpy as np
 import torch
 
-from algorithms.gmc import GMC
-from algorithms.liec_sgd import LIECSGD
+from algorithms.momentum.gmc import GMC
+from algorithms.momentum.liec_sgd import LIECSGD
 from compressors import parse_spec
 from theory_checks.base import Check, Outcome, Variant, single_threaded
 from theory_checks.vr_problems import logreg_nonconvex, ridge, run

@@ -4,8 +4,8 @@ geometric contraction, and the method tracking minibatch SGD at its parameters.
 * ``neolithic.msc-geometric``: ``R`` stages of a ``delta``-contractive compressor applied to the
   successive residuals leave ``E||x - MSC_R(x)||^2 <= (1 - delta)^R ||x||^2`` (the module's
   defining property; the bound follows stage by stage from the tower rule). Measured on
-  ``S`` Gaussian vectors in ``d = 50`` through :func:`algorithms.neolithic.msc` itself: with
-  scaled Rand-K (``k = 5``, ``delta = 0.1``), where the bound is attained in expectation, the
+  ``S`` Gaussian vectors in ``d = 50`` through :func:`algorithms.multistage.neolithic.msc` itself:
+  with scaled Rand-K (``k = 5``, ``delta = 0.1``), where the bound is attained in expectation, the
   mean ratio at every ``R = 1..20`` is below ``(1 - delta)^R`` (one-sided, ``Z`` standard
   errors) and the least-squares slope of ``log(mean ratio)`` against ``R`` is
   ``log(1 - delta)`` within 10%; with Top-K (deterministic) every vector's ratio is below the
@@ -20,15 +20,15 @@ geometric contraction, and the method tracking minibatch SGD at its parameters.
   constant, which could not be read here.
 
 * ``neolithic.acc-sqrt-kappa`` (the accelerated version of He, Huang, Chen, Yin & Yuan 2023,
-  arXiv 2305.07612; the class is a labelled reconstruction, :mod:`algorithms.neolithic_acc`):
-  on ADIANA's instance (:func:`theory_checks.accelerated.adiana_problem`: ``n = 100``,
-  ``d = 10``, ``L = 1``, ``mu = 1/kappa``, heterogeneous, from the extreme eigenvectors),
-  Top-5 (``delta = 1/2``, ``R = 7`` stages), both methods at their theory steps and full
-  local gradients (deterministic: one run each), rounds to ``||x - x*||^2 <= 0.01
-  ||x^0 - x*||^2``. Claims, stated before measuring: accelerated NEOLITHIC's rounds grow like
-  ``sqrt(kappa)`` (slope of ``log rounds`` on ``log kappa`` ``0.5 +- 0.2``), NEOLITHIC's like
-  ``kappa`` (``1 +- 0.2``), and at the largest ``kappa`` the accelerated method needs fewer
-  rounds and uplink bits. Its runs stop at NEOLITHIC's rounds.
+  arXiv 2305.07612; the class is a labelled reconstruction,
+  :mod:`algorithms.multistage.neolithic_acc`): on ADIANA's instance
+  (:func:`theory_checks.accelerated.adiana_problem`: ``n = 100``, ``d = 10``, ``L = 1``, ``mu =
+  1/kappa``, heterogeneous, from the extreme eigenvectors), Top-5 (``delta = 1/2``, ``R = 7``
+  stages), both methods at their theory steps and full local gradients (deterministic: one run
+  each), rounds to ``||x - x*||^2 <= 0.01 ||x^0 - x*||^2``. Claims, stated before measuring:
+  accelerated NEOLITHIC's rounds grow like ``sqrt(kappa)`` (slope of ``log rounds`` on ``log
+  kappa`` ``0.5 +- 0.2``), NEOLITHIC's like ``kappa`` (``1 +- 0.2``), and at the largest ``kappa``
+  the accelerated method needs fewer rounds and uplink bits. Its runs stop at NEOLITHIC's rounds.
 
 Power (``--power``): a module that compresses the input itself at every stage (no residual:
 the stages pile up instead of correcting each other) and one that stops after the first stage
@@ -50,10 +50,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from algorithms.comm import SimulatedComm
-from algorithms.dcgd import DCGD
-from algorithms.neolithic import NEOLITHIC, msc
-from algorithms.neolithic_acc import NEOLITHICAcc
+from algorithms.multistage.neolithic import NEOLITHIC, msc
+from algorithms.multistage.neolithic_acc import NEOLITHICAcc
+from algorithms.shifts.dcgd import DCGD
+from comm import SimulatedComm
 from compressors import parse_spec
 from problems.registry import make_problem
 from theory_checks.accelerated import adiana_problem, rounds_to_distance

@@ -26,10 +26,10 @@ import math
 import numpy as np
 import torch
 
-from algorithms.comm import SimulatedComm
-from algorithms.diana import DIANA
-from algorithms.fednl import FedNL, smat
-from algorithms.newton_3pc import Newton3PC
+from algorithms.second_order.fednl import FedNL, smat
+from algorithms.second_order.newton_3pc import Newton3PC
+from algorithms.shifts.diana import DIANA
+from comm import SimulatedComm
 from compressors import parse_spec
 from problems.registry import make_problem
 from theory_checks.base import Check, Outcome, Variant, single_threaded

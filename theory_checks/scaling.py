@@ -39,14 +39,14 @@ import math
 
 import numpy as np
 
-from algorithms.comm import SimulatedComm
-from algorithms.dasha import DASHA
-from algorithms.dcgd import DCGD
-from algorithms.diana import DIANA
-from algorithms.ef21 import EF21
-from algorithms.ef21_pp import EF21PP
-from algorithms.ef_bv import EFBV
-from algorithms.marina import MARINA
+from algorithms.ef.ef21 import EF21
+from algorithms.ef.ef21_pp import EF21PP
+from algorithms.ef.ef_bv import EFBV
+from algorithms.shifts.dcgd import DCGD
+from algorithms.shifts.diana import DIANA
+from algorithms.vr.dasha import DASHA
+from algorithms.vr.marina import MARINA
+from comm import SimulatedComm
 from compressors import parse_spec
 from problems.instances import heterogeneous_ridge
 from problems.quadratic_tridiagonal import TridiagonalQuadratic

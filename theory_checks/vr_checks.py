@@ -26,12 +26,12 @@ import math
 import numpy as np
 import torch
 
-from algorithms.comp_ams import CompAMS
-from algorithms.dasha import DASHA
-from algorithms.dcgd import DCGD
-from algorithms.diana import DIANA, DIANAState
-from algorithms.ef14 import EF14
-from algorithms.marina import MARINA
+from algorithms.ef.ef14 import EF14
+from algorithms.momentum.comp_ams import CompAMS
+from algorithms.shifts.dcgd import DCGD
+from algorithms.shifts.diana import DIANA, DIANAState
+from algorithms.vr.dasha import DASHA
+from algorithms.vr.marina import MARINA
 from compressors import parse_spec
 from theory_checks.base import Check, Outcome, Variant
 from theory_checks.vr_problems import (

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from algorithms.comm import SimulatedComm
+from comm import SimulatedComm
 from problems.instances import heterogeneous_ridge, ridge_arrays
 from problems.least_squares import LeastSquares
 from problems.registry import make_problem

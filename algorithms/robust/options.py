@@ -8,7 +8,7 @@ node ids are Byzantine), ``--attack none|bf|lf|alie|ipm``, ``--aggregator mean|c
 ``--agg-c`` (the aggregator's ``c`` in the theory step).
 
 A robust round (:meth:`ByzantineAlgorithm.robust_aggregate`): every node's message reaches the
-server (:meth:`algorithms.comm.base.Comm.gather_rows`, each charged its payload's bits); the
+server (:meth:`comm.base.Comm.gather_rows`, each charged its payload's bits); the
 server replaces the Byzantine rows by the attack (computed from the honest rows), draws the
 bucketing permutation from its own stream and aggregates. Byzantine nodes are charged the bits of
 the message an honest node sends (the attack changes the values, not the format).

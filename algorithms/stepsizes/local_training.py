@@ -4,9 +4,9 @@ Condat, Agarský & Richtárik, "CompressedScaffnew", arXiv 2210.13277. Notation:
 smoothness of every ``f_i`` (``L_max``), ``mu`` strong convexity, ``kappa = L / mu``, ``n``
 nodes, ``s`` the number of nodes that own each coordinate in a communication round.
 
-Which of these were read where (see ``algorithms/compressed_scaffnew.py``): the paper's theorem
-could not be read here. ``chi``'s range is the one the coauthors (Agarský, Malinovsky) state for
-TAMUNA, the partial-participation extension, in their Flower baseline (adap/flower,
+Which of these were read where (see ``algorithms/local/compressed_scaffnew.py``): the paper's
+theorem could not be read here. ``chi``'s range is the one the coauthors (Agarský, Malinovsky)
+state for TAMUNA, the partial-participation extension, in their Flower baseline (adap/flower,
 ``baselines/tamuna/README.md``: the control-variate step ``eta = p chi`` must lie between
 ``p/2`` and ``p n (s - 1)/(s (n - 1))``, "usually works very well when simply set to the upper
 bound"); ``p`` is derived [U] (see :func:`communication_p`).

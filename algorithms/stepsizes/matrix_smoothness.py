@@ -1,7 +1,7 @@
 """Steps of the smoothness-aware methods DCGD+ and DIANA+ (Safaryan, Hanzely & Richtárik 2021,
 arXiv 2106.03524), in terms of the expected-smoothness constant
 ``calL_max = max_i lambda_max(L_i^{1/2} (P_i^{-1} - I) L_i^{1/2})`` of
-:mod:`algorithms.smoothness_aware` (uniform sampling: ``calL_max = omega L_max``).
+:mod:`algorithms.shifts.smoothness_aware` (uniform sampling: ``calL_max = omega L_max``).
 
 Both are derived here [V-deriv] in the form of the library's DCGD and DIANA steps (theory sheet
 §2.1 and §2.8), with ``omega L_i`` replaced by the matrix constant; the paper's own theorems

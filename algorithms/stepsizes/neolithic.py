@@ -5,7 +5,7 @@ arXiv 2305.07612).
 What could be read of the papers here was their abstracts only; the theorem's own ``R`` and step
 were not available. The contraction of the multi-step module is exact (one line of algebra,
 :func:`msc_delta`); ``R`` and the step are this library's choices, documented as such in
-:class:`algorithms.neolithic.NEOLITHIC`.
+:class:`algorithms.multistage.neolithic.NEOLITHIC`.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Safaryan & Richtárik 2022, arXiv 2206.03588).
 
 Both take the unit Newton step (no step size): the theory fixes the Hessian learning rate
 ``alpha`` and the locality radius of the local rates. The compressor constants are those of the
-``d(d+1)/2`` rows the Hessians travel as (:func:`algorithms.fednl.svec`).
+``d(d+1)/2`` rows the Hessians travel as (:func:`algorithms.second_order.fednl.svec`).
 """
 
 from __future__ import annotations

@@ -368,5 +368,5 @@ if __name__ == "__main__":
     sys.stdout.flush()
     sys.stderr.flush()
     # gloo with Python comm hooks may abort at interpreter teardown after the work is done
-    # (see algorithms.comm.ddp_hook); the results are written by now
+    # (see comm.ddp_hook); the results are written by now
     os._exit(rc)

@@ -8,7 +8,7 @@ feedback: ``@ef14`` (the default), ``@ef21`` or ``@none``. ``comp`` alone is
 usual sparsification baseline, e.g. Stich, Cordonnier & Jaggi 2018, arXiv 1809.07599), not a
 paper's default.
 
-The work is :mod:`algorithms.comm.ddp_hook`'s (its :class:`CompressionState` and
+The work is :mod:`comm.ddp_hook`'s (its :class:`CompressionState` and
 :func:`compression_hook`, tested against single-process references there); this class adds the
 :class:`~systems.hooks.base.CommHook` interface around it. Per bucket, with ``x_i`` the worker's
 flat gradient and ``C`` the compressor:
@@ -22,11 +22,11 @@ flat gradient and ``C`` the compressor:
   ``g += mean_i c_i``, ``avg = g``.
 
 Node ``i``'s randomness at step ``t`` of bucket ``b`` is the stream keyed by ``(seed, t, i)``
-and the bucket's tag, so the hook draws exactly what :func:`algorithms.comm.ddp_hook.register`
+and the bucket's tag, so the hook draws exactly what :func:`comm.ddp_hook.register`
 with the same spec and seed draws. The state follows the parameters across DDP's bucket rebuild
-(see :mod:`algorithms.comm.ddp_hook`).
+(see :mod:`comm.ddp_hook`).
 
-Collective: the comm layer (:class:`~algorithms.comm.torch_dist.TorchDistComm`) all-reduces a
+Collective: the comm layer (:class:`~comm.torch_dist.TorchDistComm`) all-reduces a
 payload only where the messages can be summed: a linear compressor sending dense values (the
 identity) or a sparsifier with a support shared by every node (``randk:shared=true``); every
 other payload is all-gathered in its bit-packed wire form and decoded by every rank.
@@ -52,7 +52,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from algorithms.comm.ddp_hook import ERROR_FEEDBACK, CompressionState, compression_hook
+from comm.ddp_hook import ERROR_FEEDBACK, CompressionState, compression_hook
 from compressors import Compressor
 from systems.hooks.base import CommHook
 from systems.hooks.registry import register
@@ -154,7 +154,7 @@ class CompressorHook(CommHook):
         float_bits: bits the ledger charges an uncompressed value (EF21's first round).
 
     Attributes:
-        state: the :class:`~algorithms.comm.ddp_hook.CompressionState` doing the work.
+        state: the :class:`~comm.ddp_hook.CompressionState` doing the work.
         compressor: the compressor (bound to the world size once the first bucket arrives).
         error_feedback: ``"none"``, ``"ef14"`` or ``"ef21"``.
         allreducible: whether the comm layer all-reduces this compressor's payloads.

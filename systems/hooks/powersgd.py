@@ -51,7 +51,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from algorithms.error_feedback import Memory, compensate_, residual_
+from comm.error_feedback import Memory, compensate_, residual_
 from systems.hooks.base import CommHook
 from systems.hooks.registry import register
 

@@ -38,7 +38,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from algorithms.error_feedback import Memory
+from comm.error_feedback import Memory
 from compressors.top_k import top_k_indices
 from systems.hooks.base import CommHook
 from systems.hooks.registry import register

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from algorithms.error_feedback import Memory, compensate_, residual_
+from comm.error_feedback import Memory, compensate_, residual_
 from compressors.threelc import quartic_decode, quartic_encode, ternarize, zre_decode, zre_encode
 from systems.hooks.base import CommHook
 from systems.hooks.registry import register

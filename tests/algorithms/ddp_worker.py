@@ -17,7 +17,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from algorithms.comm.ddp_hook import CompressionState, compression_hook, register  # noqa: E402
+from comm.ddp_hook import CompressionState, compression_hook, register  # noqa: E402
 
 STEPS = 5
 LR = 0.1

@@ -10,10 +10,10 @@ import torch
 from runs import gd, trajectory
 
 from algorithms import stepsizes
-from algorithms import three_pc_mechanisms as mech
-from algorithms.ef21 import EF21
+from algorithms.ef import three_pc_mechanisms as mech
+from algorithms.ef.ef21 import EF21
+from algorithms.ef.three_pc import ThreePC
 from algorithms.run import run
-from algorithms.three_pc import ThreePC
 from compressors import parse_spec
 
 MECHANISMS = ("ef21", "lag", "clag", "v1", "v2", "v3", "v4", "v5")

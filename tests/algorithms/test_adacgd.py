@@ -10,10 +10,10 @@ import pytest
 import torch
 from runs import torch_dist_helpers, trajectory
 
-from algorithms.adacgd import AdaCGD, adaptive, level_flag_bits, parse_levels
-from algorithms.comm import SimulatedComm
-from algorithms.ef21 import EF21
+from algorithms.ef.adacgd import AdaCGD, adaptive, level_flag_bits, parse_levels
+from algorithms.ef.ef21 import EF21
 from algorithms.stepsizes import three_pc_AB
+from comm import SimulatedComm
 from compressors import parse_spec
 
 FINEST, LEVELS = "topk:k=3", "topk:k=1|topk:k=2"

@@ -13,11 +13,11 @@ import torch
 from runs import scrambled_accelerated as scrambled
 from runs import torch_dist_helpers, trajectory
 
-from algorithms.adiana import ADIANA, TAG_AT_W, TAG_AT_X
-from algorithms.comm import SimulatedComm
 from algorithms.registry import ALGORITHMS
 from algorithms.run import run
+from algorithms.shifts.adiana import ADIANA, TAG_AT_W, TAG_AT_X
 from algorithms.stepsizes.accelerated import adiana_eta, adiana_momentum, adiana_p
+from comm import SimulatedComm
 from compressors import parse_spec
 
 # The problems (quad, nonconvex, ridge) are the shared fixtures of tests/algorithms/conftest.py.

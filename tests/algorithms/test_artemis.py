@@ -11,9 +11,9 @@ import pytest
 import torch
 from runs import gd, torch_dist_helpers, trajectory
 
-from algorithms.artemis import Artemis
-from algorithms.comm import SimulatedComm
+from algorithms.bidirectional.artemis import Artemis
 from algorithms.run import run
+from comm import SimulatedComm
 from compressors import parse_spec
 from streams import tags
 

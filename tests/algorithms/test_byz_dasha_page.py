@@ -9,10 +9,10 @@ import pytest
 import torch
 from runs import torch_dist_helpers
 
-from algorithms.byz_dasha_page import TAG_BDP_BATCH, TAG_BDP_COIN, ByzDASHAPAGE
-from algorithms.comm import SimulatedComm
+from algorithms.byzantine.byz_dasha_page import TAG_BDP_BATCH, TAG_BDP_COIN, ByzDASHAPAGE
 from algorithms.robust.attacks import alie_z
 from algorithms.robust.options import TAG_BUCKET
+from comm import SimulatedComm
 from compressors import parse_spec
 from problems.registry import make_problem
 

@@ -8,10 +8,10 @@ import pytest
 import torch
 from runs import torch_dist_helpers
 
-from algorithms.byz_ef21 import ByzEF21
-from algorithms.comm import SimulatedComm
-from algorithms.ef21 import EF21
+from algorithms.byzantine.byz_ef21 import ByzEF21
+from algorithms.ef.ef21 import EF21
 from algorithms.robust.options import TAG_BUCKET
+from comm import SimulatedComm
 from compressors import parse_spec
 from problems.registry import make_problem
 

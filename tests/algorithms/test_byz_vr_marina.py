@@ -10,10 +10,10 @@ import pytest
 import torch
 from runs import torch_dist_helpers
 
-from algorithms.byz_vr_marina import TAG_BYZ_BATCH, TAG_BYZ_COIN, ByzVRMARINA
-from algorithms.comm import SimulatedComm
+from algorithms.byzantine.byz_vr_marina import TAG_BYZ_BATCH, TAG_BYZ_COIN, ByzVRMARINA
 from algorithms.robust.options import TAG_BUCKET
 from algorithms.run import run
+from comm import SimulatedComm
 from compressors import parse_spec
 from problems.registry import make_problem
 

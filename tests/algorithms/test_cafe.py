@@ -11,13 +11,13 @@ import pytest
 import torch
 from runs import gd, torch_dist_helpers, trajectory
 
-from algorithms.cafe import CAFe, CAFeS, CAFeState
-from algorithms.comm import SimulatedComm
-from algorithms.dcgd import DCGD
 from algorithms.registry import ALGORITHMS
 from algorithms.run import run
+from algorithms.shifts.cafe import CAFe, CAFeS, CAFeState
+from algorithms.shifts.dcgd import DCGD
 from algorithms.stepsizes.cafe import cafe as cafe_step
 from algorithms.stepsizes.ef import ef21_theta_beta
+from comm import SimulatedComm
 from compressors import parse_spec
 from problems.registry import make_problem
 

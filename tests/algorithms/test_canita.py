@@ -14,12 +14,12 @@ import torch
 from runs import scrambled_accelerated as scrambled
 from runs import torch_dist_helpers, trajectory
 
-from algorithms.adiana import TAG_AT_W, TAG_AT_X
-from algorithms.canita import CANITA
-from algorithms.comm import SimulatedComm
 from algorithms.registry import ALGORITHMS
 from algorithms.run import run
+from algorithms.shifts.adiana import TAG_AT_W, TAG_AT_X
+from algorithms.shifts.canita import CANITA
 from algorithms.stepsizes.accelerated import adiana_eta, adiana_p, canita_theta1
+from comm import SimulatedComm
 from compressors import parse_spec
 
 

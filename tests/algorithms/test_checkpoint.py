@@ -123,7 +123,7 @@ def test_an_old_format_checkpoint_is_refused_with_a_clear_message(tmp_path, caps
     ck = out / "checkpoint"
     path = next(ck.glob("rank0-iter*.pt"))
     blob = torch.load(path, weights_only=True)
-    from algorithms.ef21 import EF21State
+    from algorithms.ef.ef21 import EF21State
 
     # The previous format: the state object itself, read back with weights_only=False.
     state = EF21State(**blob["state"]["fields"])

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from algorithms import stepsizes
-from algorithms.comm import SimulatedComm
-from algorithms.comp_ams import CompAMS
+from algorithms.momentum.comp_ams import CompAMS
+from comm import SimulatedComm
 from compressors import parse_spec
 
 

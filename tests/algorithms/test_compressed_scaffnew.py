@@ -12,10 +12,10 @@ import pytest
 import torch
 from runs import torch_dist_helpers, trajectory
 
-from algorithms.comm import SimulatedComm
-from algorithms.compressed_scaffnew import CompressedScaffnew, ownership
+from algorithms.local.compressed_scaffnew import CompressedScaffnew, ownership
 from algorithms.registry import ALGORITHMS
 from algorithms.run import run
+from comm import SimulatedComm
 from compressors import parse_spec
 
 IDENTITY = parse_spec("identity")

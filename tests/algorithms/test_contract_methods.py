@@ -27,8 +27,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from algorithms.base import uncharged_init
-from algorithms.comm import SimulatedComm
 from algorithms.registry import ALGORITHMS, usual_compressor
+from comm import SimulatedComm
 from compressors import parse_spec
 from problems.registry import make_problem
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from algorithms.comm import SimulatedComm
-from algorithms.dasha import DASHA
-from algorithms.dasha_mvr import DASHAMVR
-from algorithms.dasha_page import DASHAPAGE
-from algorithms.dasha_sync_mvr import DASHASYNCMVR
+from algorithms.vr.dasha import DASHA
+from algorithms.vr.dasha_mvr import DASHAMVR
+from algorithms.vr.dasha_page import DASHAPAGE
+from algorithms.vr.dasha_sync_mvr import DASHASYNCMVR
+from comm import SimulatedComm
 from compressors import parse_spec
 from problems.registry import make_problem
 

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from algorithms import stepsizes
-from algorithms.comm import SimulatedComm
-from algorithms.dcgd import DCGD
-from algorithms.ef21 import EF21
+from algorithms.ef.ef21 import EF21
+from algorithms.shifts.dcgd import DCGD
+from comm import SimulatedComm
 from compressors import parse_spec
 from problems.registry import make_problem
 

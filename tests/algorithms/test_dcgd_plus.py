@@ -10,10 +10,10 @@ import pytest
 import torch
 from runs import gd, torch_dist_helpers, trajectory
 
-from algorithms import smoothness_aware as sa
-from algorithms.comm import SimulatedComm
-from algorithms.dcgd import DCGD
-from algorithms.dcgd_plus import DCGDPlus
+from algorithms.shifts import smoothness_aware as sa
+from algorithms.shifts.dcgd import DCGD
+from algorithms.shifts.dcgd_plus import DCGDPlus
+from comm import SimulatedComm
 from compressors import parse_spec
 from theory_checks.matrix_smoothness import scaled_least_squares
 

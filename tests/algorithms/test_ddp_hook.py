@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from algorithms.comm.base import TAG_NODE, TAG_SHARED
-from algorithms.comm.ddp_hook import (
+from comm.base import TAG_NODE, TAG_SHARED
+from comm.ddp_hook import (
     ERROR_FEEDBACK,
     CompressionState,
     compression_hook,

@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from algorithms.comm import SimulatedComm
-from algorithms.diana import DIANA
+from algorithms.shifts.diana import DIANA
+from comm import SimulatedComm
 from compressors import parse_spec
 from problems.instances import heterogeneous_ridge
 from problems.registry import make_problem

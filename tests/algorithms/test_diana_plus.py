@@ -10,10 +10,10 @@ import pytest
 import torch
 from runs import gd, torch_dist_helpers, trajectory
 
-from algorithms import smoothness_aware as sa
-from algorithms.comm import SimulatedComm
-from algorithms.diana import DIANA
-from algorithms.diana_plus import DIANAPlus
+from algorithms.shifts import smoothness_aware as sa
+from algorithms.shifts.diana import DIANA
+from algorithms.shifts.diana_plus import DIANAPlus
+from comm import SimulatedComm
 from compressors import parse_spec
 from problems.least_squares import LeastSquares
 from streams import Streams

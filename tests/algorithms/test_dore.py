@@ -12,9 +12,9 @@ import pytest
 import torch
 from runs import gd, torch_dist_helpers, trajectory
 
-from algorithms.comm import SimulatedComm
-from algorithms.dore import DORE
+from algorithms.bidirectional.dore import DORE
 from algorithms.run import run
+from comm import SimulatedComm
 from compressors import parse_spec
 from streams import tags
 

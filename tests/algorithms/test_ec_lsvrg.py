@@ -10,11 +10,11 @@ import pytest
 import torch
 from runs import torch_dist_helpers, trajectory
 
-from algorithms.comm import SimulatedComm
-from algorithms.ec_lsvrg import ECLSVRG, TAG_LSVRG_BATCH, TAG_LSVRG_COIN
-from algorithms.ec_sgd import ECSGD
+from algorithms.absolute.ec_lsvrg import ECLSVRG, TAG_LSVRG_BATCH, TAG_LSVRG_COIN
+from algorithms.absolute.ec_sgd import ECSGD
 from algorithms.registry import ALGORITHMS
 from algorithms.run import run
+from comm import SimulatedComm
 from compressors import parse_spec
 from problems.registry import make_problem
 

@@ -11,11 +11,11 @@ import torch
 from runs import torch_dist_helpers, trajectory
 
 from algorithms import stepsizes
-from algorithms.comm import SimulatedComm
-from algorithms.ec_sgd import ECSGD
+from algorithms.absolute.ec_sgd import ECSGD
 from algorithms.registry import ALGORITHMS
 from algorithms.run import run
 from algorithms.stepsizes.absolute import ec_distance_bound
+from comm import SimulatedComm
 from compressors import parse_spec
 
 SPECS = ["threshold:lam=0.02", "round:h=0.05,rounding=random", "threshold:lam=0.01,index=auto"]

@@ -10,11 +10,11 @@ import pytest
 import torch
 from runs import torch_dist_helpers, trajectory
 
-from algorithms.comm import SimulatedComm
-from algorithms.ef21 import EF21
-from algorithms.ef21_page import EF21PAGE, ef21_page_p
+from algorithms.ef.ef21 import EF21
+from algorithms.ef.ef21_page import EF21PAGE, ef21_page_p
 from algorithms.registry import ALGORITHMS
 from algorithms.run import run
+from comm import SimulatedComm
 from compressors import parse_spec
 from problems.registry import make_problem
 from streams import tags

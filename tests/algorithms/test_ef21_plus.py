@@ -10,12 +10,12 @@ import pytest
 import torch
 from runs import gd, torch_dist_helpers, trajectory
 
-from algorithms.comm import SimulatedComm
-from algorithms.comm.base import CHOICE_FLAG_BITS
-from algorithms.ef21 import EF21
-from algorithms.ef21_plus import EF21Plus
+from algorithms.ef.ef21 import EF21
+from algorithms.ef.ef21_plus import EF21Plus
 from algorithms.registry import ALGORITHMS
 from algorithms.run import run
+from comm import SimulatedComm
+from comm.base import CHOICE_FLAG_BITS
 from compressors import parse_spec
 
 TOPK = "topk:k=2"

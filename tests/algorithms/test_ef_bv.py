@@ -10,8 +10,8 @@ import torch
 from runs import gd, trajectory
 
 from algorithms import stepsizes
-from algorithms.ef21 import EF21
-from algorithms.ef_bv import EFBV, bv_class
+from algorithms.ef.ef21 import EF21
+from algorithms.ef.ef_bv import EFBV, bv_class
 from algorithms.run import run
 from compressors import parse_spec
 

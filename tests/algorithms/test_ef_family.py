@@ -14,14 +14,14 @@ import torch
 from runs import gd, trajectory
 
 from algorithms import stepsizes
-from algorithms.comm import SimulatedComm
-from algorithms.ef14 import EF14
-from algorithms.ef21 import EF21
-from algorithms.ef21_bc import EF21BC
-from algorithms.ef21_hb import EF21HB
-from algorithms.ef21_pp import EF21PP
-from algorithms.ef21_sgd import EF21SGD
+from algorithms.bidirectional.ef21_bc import EF21BC
+from algorithms.ef.ef14 import EF14
+from algorithms.ef.ef21 import EF21
+from algorithms.ef.ef21_hb import EF21HB
+from algorithms.ef.ef21_pp import EF21PP
+from algorithms.ef.ef21_sgd import EF21SGD
 from algorithms.run import run
+from comm import SimulatedComm
 from compressors import parse_spec
 from problems.registry import make_problem
 

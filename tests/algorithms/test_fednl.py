@@ -1,6 +1,6 @@
-"""FedNL (algorithms.fednl): the update against a hand-written reference step, bits per round
-and at initialisation, the invariant, superlinear convergence at the theory parameters, option
-checks, the runner, and parity with gloo processes."""
+"""FedNL (algorithms.second_order.fednl): the update against a hand-written reference step, bits
+per round and at initialisation, the invariant, superlinear convergence at the theory parameters,
+option checks, the runner, and parity with gloo processes."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import pytest
 import torch
 from runs import torch_dist_helpers
 
-from algorithms.comm import SimulatedComm
-from algorithms.fednl import FedNL, smat, svec, tri_size
 from algorithms.registry import ALGORITHMS
 from algorithms.run import run
+from algorithms.second_order.fednl import FedNL, smat, svec, tri_size
+from comm import SimulatedComm
 from compressors import parse_spec
 from problems.registry import make_problem
 

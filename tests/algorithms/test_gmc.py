@@ -11,11 +11,11 @@ import pytest
 import torch
 from runs import torch_dist_helpers, trajectory
 
-from algorithms.comm import SimulatedComm
-from algorithms.ef14 import EF14
-from algorithms.gmc import GMC, GMCState
+from algorithms.ef.ef14 import EF14
+from algorithms.momentum.gmc import GMC, GMCState
 from algorithms.registry import ALGORITHMS
 from algorithms.run import run
+from comm import SimulatedComm
 from compressors import parse_spec
 
 TOPK = "topk:k=2"

@@ -12,10 +12,10 @@ import pytest
 import torch
 from runs import gd, torch_dist_helpers, trajectory
 
-from algorithms.comm import SimulatedComm
-from algorithms.liec_sgd import LIECSGD, LIECSGDState
+from algorithms.momentum.liec_sgd import LIECSGD, LIECSGDState
 from algorithms.registry import ALGORITHMS
 from algorithms.run import run
+from comm import SimulatedComm
 from compressors import parse_spec
 
 TOPK = "topk:k=2"

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from algorithms import stepsizes
-from algorithms.comm import SimulatedComm
-from algorithms.marina import MARINA
-from algorithms.pp_marina import PPMARINA
-from algorithms.vr_marina import VRMARINA
+from algorithms.vr.marina import MARINA
+from algorithms.vr.pp_marina import PPMARINA
+from algorithms.vr.vr_marina import VRMARINA
+from comm import SimulatedComm
 from compressors import parse_spec
 from problems.registry import make_problem
 

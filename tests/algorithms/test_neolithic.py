@@ -12,10 +12,10 @@ import torch
 from runs import gd, torch_dist_helpers, trajectory
 
 from algorithms import stepsizes
-from algorithms.comm import SimulatedComm
-from algorithms.neolithic import NEOLITHIC, TAG_BATCH, TAG_MSC, msc
+from algorithms.multistage.neolithic import NEOLITHIC, TAG_BATCH, TAG_MSC, msc
 from algorithms.run import run
 from algorithms.stepsizes.neolithic import msc_delta, neolithic_rounds
+from comm import SimulatedComm
 from compressors import parse_spec
 from problems.registry import make_problem
 

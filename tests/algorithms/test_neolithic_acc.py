@@ -12,12 +12,12 @@ import pytest
 import torch
 from runs import torch_dist_helpers
 
-from algorithms.comm import SimulatedComm
-from algorithms.neolithic import NEOLITHIC, TAG_MSC, msc
-from algorithms.neolithic_acc import NEOLITHICAcc
+from algorithms.multistage.neolithic import NEOLITHIC, TAG_MSC, msc
+from algorithms.multistage.neolithic_acc import NEOLITHICAcc
 from algorithms.registry import ALGORITHMS
 from algorithms.run import run
 from algorithms.stepsizes.neolithic import nesterov_momentum
+from comm import SimulatedComm
 from compressors import parse_spec
 
 SPEC = "scaled:randk:k=3"

@@ -1,6 +1,6 @@
-"""Newton-3PC (algorithms.newton_3pc): the update against a hand-written reference, Bernoulli
-aggregation (per-node coins, skips, bits), the invariant, convergence at the theory parameters,
-option checks, the runner, and parity with gloo processes."""
+"""Newton-3PC (algorithms.second_order.newton_3pc): the update against a hand-written reference,
+Bernoulli aggregation (per-node coins, skips, bits), the invariant, convergence at the theory
+parameters, option checks, the runner, and parity with gloo processes."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ import pytest
 import torch
 from runs import torch_dist_helpers
 
-from algorithms.comm import SimulatedComm
-from algorithms.fednl import smat, tri_size
-from algorithms.newton_3pc import Newton3PC
 from algorithms.registry import ALGORITHMS
 from algorithms.run import run
+from algorithms.second_order.fednl import smat, tri_size
+from algorithms.second_order.newton_3pc import Newton3PC
+from comm import SimulatedComm
 from compressors import parse_spec
 from problems.registry import make_problem
 

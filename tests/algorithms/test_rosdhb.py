@@ -7,10 +7,10 @@ import pytest
 import torch
 from runs import torch_dist_helpers
 
-from algorithms.comm import SimulatedComm
+from algorithms.byzantine.rosdhb import RoSDHB
 from algorithms.robust.options import TAG_BUCKET
-from algorithms.rosdhb import RoSDHB
 from algorithms.run import run
+from comm import SimulatedComm
 from compressors import parse_spec
 from problems.registry import make_problem
 

@@ -231,7 +231,7 @@ def test_the_summary_says_where_the_step_came_from(tmp_path, capsys):
     ids=lambda a: a[0],
 )
 def test_the_untimed_warm_up_changes_no_logged_number(tmp_path, monkeypatch, argv):
-    import algorithms.runner.loop as loop
+    import runner.loop as loop
 
     args = [*argv, "--nodes", "4", "--iters", "12", "--log-every", "1", "--quiet", "--seed", "2"]
     assert run([*args, "--out", str(tmp_path / "warm")]) == 0

@@ -14,8 +14,8 @@ import torch
 from scipy.optimize import minimize_scalar
 
 from algorithms import stepsizes
-from algorithms.comm import SimulatedComm
-from algorithms.ef21_sgd import EF21SGD
+from algorithms.ef.ef21_sgd import EF21SGD
+from comm import SimulatedComm
 from compressors import parse_spec
 from problems.registry import make_problem
 

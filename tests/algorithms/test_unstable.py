@@ -9,7 +9,7 @@ import json
 import pytest
 
 from algorithms.run import run
-from algorithms.stability import objective_verdict, verdict
+from runner.stability import objective_verdict, verdict
 
 EPS64 = 2.0**-52
 

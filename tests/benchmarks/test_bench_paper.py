@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from algorithms.comm import SimulatedComm
 from algorithms.registry import ALGORITHMS
 from benchmarks import __main__ as bench_main
 from benchmarks import paper, report
+from comm import SimulatedComm
 from compressors import parse_spec
 from problems.registry import make_problem
 

@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 import torch
 
-from algorithms.comm import SimulatedComm
-from algorithms.ef21 import EF21State
+from algorithms.ef.ef21 import EF21State
 from algorithms.registry import ALGORITHMS
 from benchmarks import bandwidth, baselines, report
+from comm import SimulatedComm
 from compressors import parse_spec
 from problems.logreg_nonconvex import LogRegNonconvex
 from streams import tags

@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from algorithms.fednl import smat, svec, tri_size
+from algorithms.second_order.fednl import smat, svec, tri_size
 from compressors import parse_spec
 from compressors.symrank import SymRank
 

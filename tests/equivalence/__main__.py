@@ -1,7 +1,7 @@
 """``python -m tests.equivalence record DIR`` / ``compare BEFORE AFTER``: prove a refactor
 changed nothing.
 
-``record`` runs a fixed set of command lines through ``python -m algorithms.run`` (and
+``record`` runs a fixed set of command lines through ``python -m runner.main`` (and
 ``torchrun``, and one sweep) and keeps, per run, its exit status and its files normalised:
 ``history.csv`` without the timing columns, ``summary.json`` and ``config.json`` without what
 differs between two identical runs (run id, clock, timings, library versions, the folder's own
@@ -49,7 +49,7 @@ def runs() -> dict[str, list[list[str]]]:
 
     out: dict[str, list[list[str]]] = {}
     torchrun = shutil.which("torchrun") or str(Path(sys.executable).parent / "torchrun")
-    py = [sys.executable, "-m", "algorithms.run"]
+    py = [sys.executable, "-m", "runner.main"]
     for name in sorted(ALGORITHMS):
         args = [name, "--compressor", usual_compressor(name, 3), *BASE]
         out[f"{name}/theory"] = [[*py, *args, "--iters", "30", "--out", "{out}"]]
@@ -64,7 +64,7 @@ def runs() -> dict[str, list[list[str]]]:
                 "--standalone",
                 "--nproc_per_node=2",
                 "-m",
-                "algorithms.run",
+                "runner.main",
                 *fixed,
                 "--iters",
                 "12",

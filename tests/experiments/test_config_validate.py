@@ -178,7 +178,7 @@ def test_the_largest_power_grid_keeps_its_ends():
 
 
 def test_one_run_per_group_is_resolved_quietly(monkeypatch, capsys):
-    import algorithms.runner.resolve as resolve
+    import runner.resolve as resolve
 
     seen = []
     real = resolve.configure
@@ -255,7 +255,7 @@ def test_a_config_built_by_hand_is_checked_too(tmp_path):
 
 def test_the_runs_checks_use_the_runners_own_functions(monkeypatch):
     """A new range check in the runner reaches sweeps without a change here."""
-    import algorithms.runner.cli as cli
+    import runner.cli as cli
 
     real = cli.check_run_options
 

@@ -82,8 +82,8 @@ def test_with_nothing_set_the_shared_folder_beside_the_working_directory(tmp_pat
 
 
 def test_the_listings_say_found_or_missing(tmp_path, clean):
-    from algorithms.runner.cli import list_everything
     from experiments import reproduce
+    from runner.cli import list_everything
 
     (tmp_path / "mushrooms.txt").write_text(TINY)
     clean.setenv("COMPZOO_DATA", str(tmp_path))

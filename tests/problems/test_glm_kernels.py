@@ -9,7 +9,7 @@ import pytest
 import scipy.sparse as sp
 import torch
 
-from algorithms.comm import SimulatedComm
+from comm import SimulatedComm
 from problems import glm, glm_kernels
 from problems.least_squares import LeastSquares
 from problems.logreg import LogReg

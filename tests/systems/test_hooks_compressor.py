@@ -1,7 +1,7 @@
 """The generic compressor hook on two gloo processes.
 
 Every configuration trains the harness's tiny model for 4 steps twice, once under
-:func:`algorithms.comm.ddp_hook.register` and once under ``comp:SPEC@EF``, with a bucket cap of
+:func:`comm.ddp_hook.register` and once under ``comp:SPEC@EF``, with a bucket cap of
 300 bytes: DDP reduces one bucket of all 276 values on step 1, then rebuilds into two buckets
 (``[b2, W2, b1]`` of 84 values and ``[W1]`` of 192). Checks: the two runs return the same
 gradients bit for bit; deterministic Top-K matches a re-computation in parameter coordinates
@@ -41,7 +41,7 @@ CONFIGS = [
 def _run(rank, world, spec, ef, layerwise, use_hook):
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from algorithms.comm.ddp_hook import register
+    from comm.ddp_hook import register
 
     model = DDP(tiny_model(0), bucket_cap_mb=CAP_MB)
     params = list(model.parameters())

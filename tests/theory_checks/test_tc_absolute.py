@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from algorithms.comm import SimulatedComm
+from comm import SimulatedComm
 from compressors import parse_spec
 from theory_checks import absolute
 from theory_checks.base import run_power

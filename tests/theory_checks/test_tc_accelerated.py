@@ -8,8 +8,8 @@ import math
 
 import pytest
 
-from algorithms.adiana import ADIANA
-from algorithms.canita import CANITA
+from algorithms.shifts.adiana import ADIANA
+from algorithms.shifts.canita import CANITA
 from compressors import parse_spec
 from theory_checks import accelerated
 from theory_checks.base import run_power

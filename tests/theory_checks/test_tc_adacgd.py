@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from algorithms.adacgd import adaptive, parse_levels
-from algorithms.comm import SimulatedComm
+from algorithms.ef.adacgd import adaptive, parse_levels
+from comm import SimulatedComm
 from compressors import parse_spec
 from theory_checks import adacgd as tc
 

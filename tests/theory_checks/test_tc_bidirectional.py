@@ -9,9 +9,9 @@ import dataclasses
 import pytest
 import torch
 
-from algorithms.comm import SimulatedComm
-from algorithms.dore import DORE
-from algorithms.mcm import MCM
+from algorithms.bidirectional.dore import DORE
+from algorithms.bidirectional.mcm import MCM
+from comm import SimulatedComm
 from compressors import parse_spec
 from theory_checks import bidirectional as bd
 from theory_checks.base import run_power

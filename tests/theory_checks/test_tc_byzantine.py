@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from algorithms.byz_vr_marina import TAG_BYZ_BATCH
-from algorithms.comm import SimulatedComm
+from algorithms.byzantine.byz_vr_marina import TAG_BYZ_BATCH
+from comm import SimulatedComm
 from compressors import parse_spec
 from theory_checks import byzantine
 from theory_checks.base import run_power

@@ -9,8 +9,8 @@ import math
 import pytest
 import torch
 
-from algorithms.cafe import CAFe, CAFeS
-from algorithms.comm import SimulatedComm
+from algorithms.shifts.cafe import CAFe, CAFeS
+from comm import SimulatedComm
 from compressors import parse_spec
 from theory_checks import cafe as tc
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from algorithms.dcgd import DCGD
+from algorithms.shifts.dcgd import DCGD
 from compressors import parse_spec
 from theory_checks import contrasts_ef as ce
 from theory_checks.ef_instances import beznosikov, run

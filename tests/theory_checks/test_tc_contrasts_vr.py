@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from algorithms.comm import SimulatedComm
+from comm import SimulatedComm
 from theory_checks import contrasts_vr
 from theory_checks.base import run_power
 from theory_checks.vr_problems import MeanSE

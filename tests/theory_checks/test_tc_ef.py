@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from algorithms.ef21 import EF21
+from algorithms.ef.ef21 import EF21
 from compressors import parse_spec
 from theory_checks import ef_checks as ec
 from theory_checks.ef_instances import G_of, f_gap, heterogeneous_ridge, run
@@ -57,8 +57,8 @@ def test_worst_inputs_make_the_three_point_inequality_exact():
 
     import torch
 
-    from algorithms import three_pc_mechanisms as mech
-    from algorithms.comm import SimulatedComm
+    from algorithms.ef import three_pc_mechanisms as mech
+    from comm import SimulatedComm
     from compressors import parse_spec
 
     d, alpha = 10, 0.2

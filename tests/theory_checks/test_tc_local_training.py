@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from algorithms.comm import SimulatedComm
+from comm import SimulatedComm
 from theory_checks import local_training as lt
 from theory_checks.base import run_power
 

@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-from algorithms.diana_plus import DIANAPlus
+from algorithms.shifts.diana_plus import DIANAPlus
 from compressors import parse_spec
 from theory_checks import matrix_smoothness as tc
 

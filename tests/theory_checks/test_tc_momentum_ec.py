@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from algorithms.comm import SimulatedComm
-from algorithms.gmc import GMC
-from algorithms.liec_sgd import LIECSGD
+from algorithms.momentum.gmc import GMC
+from algorithms.momentum.liec_sgd import LIECSGD
+from comm import SimulatedComm
 from compressors import parse_spec
 from theory_checks import momentum_ec as tc
 from theory_checks.vr_problems import logreg_nonconvex

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from algorithms.comm import SimulatedComm
-from algorithms.neolithic import msc
+from algorithms.multistage.neolithic import msc
+from comm import SimulatedComm
 from compressors import parse_spec
 from theory_checks import neolithic as tc
 

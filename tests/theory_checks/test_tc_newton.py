@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from algorithms.comm import SimulatedComm
 from algorithms.stepsizes.newton import fednl_alpha, newton_local_rate, newton_locality
+from comm import SimulatedComm
 from compressors import parse_spec
 from theory_checks import newton as tc
 

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from algorithms.ef21 import EF21
+from algorithms.ef.ef21 import EF21
 from compressors import parse_spec
 from problems.instances import heterogeneous_ridge
 from theory_checks import scaling

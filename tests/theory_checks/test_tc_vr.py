@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from algorithms.comm import SimulatedComm
-from algorithms.diana import DIANA
+from algorithms.shifts.diana import DIANA
+from comm import SimulatedComm
 from compressors import parse_spec
 from theory_checks import vr_checks
 from theory_checks.vr_problems import (

@@ -1,0 +1,1 @@
+"""Absolute compressors with error compensation: EC-SGD, EC-LSVRG."""

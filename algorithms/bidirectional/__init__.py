@@ -1,0 +1,1 @@
+"""Bidirectional compression: DORE, Artemis, MCM, EF21-BC."""

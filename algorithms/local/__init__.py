@@ -1,0 +1,1 @@
+"""Local training with compression: CompressedScaffnew."""

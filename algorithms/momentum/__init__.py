@@ -1,0 +1,1 @@
+"""Momentum and adaptive steps with compression: COMP-AMS, GMC, LIEC-SGD."""

@@ -1,0 +1,1 @@
+"""Multi-stage compression of the residual: NEOLITHIC and its accelerated variant."""

@@ -1,0 +1,1 @@
+"""Newton-type methods with compressed Hessians: FedNL, Newton-3PC."""
