@@ -91,7 +91,7 @@ def load(tmp_path, monkeypatch):
     def _load(kind: str) -> type:
         module = execute(block_of(kind))
         names.append(module.__name__)
-        base = KINDS[kind] or importlib.import_module("systems.hooks.base").CommHook
+        base = KINDS[kind] or importlib.import_module("comm.hooks").CommHook
         return defined(module, base)
 
     yield _load

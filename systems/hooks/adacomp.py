@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from systems.hooks.base import CommHook
+from comm.hooks import CommHook
 from systems.hooks.registry import register
 
 __all__ = ["AdaComp", "adacomp_select", "pack_signs", "unpack_signs"]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from systems.hooks.base import CommHook
+from comm.hooks import CommHook
 
 __all__ = ["AllReduce", "HalfAllReduce", "FP16", "BF16"]
 

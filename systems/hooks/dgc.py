@@ -19,7 +19,7 @@ import math
 import torch
 import torch.distributed as dist
 
-from systems.hooks.base import CommHook
+from comm.hooks import CommHook
 from systems.hooks.registry import register
 
 __all__ = ["DGC", "dgc_select", "warmup_ratio"]

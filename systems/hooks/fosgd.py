@@ -9,9 +9,9 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from comm.hooks import CommHook
 from compressors.fosgd import irwht, padded_dim, rwht
 from streams import Streams, tags
-from systems.hooks.base import CommHook
 from systems.hooks.registry import register
 
 __all__ = ["FOSGD"]

@@ -29,7 +29,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from systems.hooks.base import CommHook
+from comm.hooks import CommHook
 
 __all__ = ["bucket_count", "fusion_bucket_cap_mb", "wrap_ddp"]
 

@@ -52,7 +52,7 @@ import torch
 import torch.distributed as dist
 
 from comm.error_feedback import Memory, compensate_, residual_
-from systems.hooks.base import CommHook
+from comm.hooks import CommHook
 from systems.hooks.registry import register
 
 __all__ = ["PowerSGD", "gram_schmidt_"]

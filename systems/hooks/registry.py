@@ -12,7 +12,7 @@ import inspect
 
 import torch.distributed as dist
 
-from systems.hooks.base import CommHook
+from comm.hooks import CommHook
 from systems.hooks.baselines import BF16, FP16, AllReduce
 
 __all__ = ["HOOKS", "hook_names", "make_hook", "parse_hook_spec", "register"]

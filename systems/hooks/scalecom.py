@@ -39,8 +39,8 @@ import torch
 import torch.distributed as dist
 
 from comm.error_feedback import Memory
+from comm.hooks import CommHook
 from compressors.top_k import top_k_indices
-from systems.hooks.base import CommHook
 from systems.hooks.registry import register
 
 __all__ = ["ScaleCom"]

@@ -16,8 +16,8 @@ import torch
 import torch.distributed as dist
 
 from comm.error_feedback import Memory, compensate_, residual_
+from comm.hooks import CommHook
 from compressors.threelc import quartic_decode, quartic_encode, ternarize, zre_decode, zre_encode
-from systems.hooks.base import CommHook
 from systems.hooks.registry import register
 
 __all__ = ["ThreeLC"]

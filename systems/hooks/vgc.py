@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from systems.hooks.base import CommHook
+from comm.hooks import CommHook
 from systems.hooks.registry import register
 
 __all__ = ["VarianceCompression", "pack_words", "unpack_words"]
@@ -45,7 +45,7 @@ class VarianceCompression(CommHook):
     (rounding to the nearest power of two in the log domain); one int32 word carries the index
     (``31 - exp_bits`` bits), the sign bit and ``e``; the first word of the message is ``M`` as
     float32. Payload per bucket and step: ``8 + 4 (1 + k)`` bytes for ``k`` sent entries (the
-    int64 length that :meth:`~systems.hooks.base.CommHook.allgather_varlen` gathers first, the
+    int64 length that :meth:`~comm.hooks.CommHook.allgather_varlen` gathers first, the
     scale, the words).
 
     Sources and reconstructions. The abstract (read) gives the principle: delay an entry until

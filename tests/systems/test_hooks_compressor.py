@@ -17,9 +17,9 @@ import time
 import pytest
 import torch
 
+from comm.ddp_hook import CompressorHook, split_spec
 from compressors.registry import parse_spec
 from systems.hooks import make_hook
-from systems.hooks.compressor_hook import CompressorHook, split_spec
 from tests.systems.ddp_harness import run_ddp, tiny_model
 
 pytestmark = pytest.mark.dist
