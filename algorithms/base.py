@@ -217,6 +217,15 @@ def check_unit(name: str, value: float | None, optional: bool = True) -> None:
         raise ValueError(f"{name} must be in (0, 1], got {value!r}")
 
 
+def check_fraction(name: str, value: float | None, optional: bool = True) -> None:
+    """``ValueError`` unless ``value`` is in ``[0, 1]`` (or None, where ``optional``): a
+    memory step, where 0 (no memory) is the checks' baseline."""
+    if value is None and optional:
+        return
+    if value is None or isinstance(value, bool) or not 0 <= value <= 1:
+        raise ValueError(f"{name} must be in [0, 1], got {value!r}")
+
+
 def check_count(name: str, value: int | None, optional: bool = True) -> None:
     """``ValueError`` unless ``value`` is a positive integer (or None, where ``optional``)."""
     if value is None and optional:
@@ -295,6 +304,11 @@ class Algorithm:
             compressor class the theory assumes (``contractive`` also accepts unbiased ones through
             ``delta = 1/(omega+1)`` only if the method's paper does; by default it needs
             ``delta`` declared).
+        down_needs: for a method that compresses the downlink too (a ``down_compressor``
+            option), the class its downlink compressor must have (``"unbiased"``,
+            ``"contractive"``); :meth:`configure` binds it to the server's one row and checks it
+            (:func:`bind_down_compressor`), ``down_like_up``: when none is given, the uplink's
+            spec is used (the papers that compress both directions with one operator).
         requires: the problem capabilities the method needs beyond gradients
             (:mod:`problems.capabilities`: ``hessians``, ``server_data``,
             ``smoothness_matrices``), checked by :meth:`configure` before anything runs.
@@ -309,6 +323,8 @@ class Algorithm:
     gamma: float
 
     needs: ClassVar[str] = "any"
+    down_needs: ClassVar[str | None] = None
+    down_like_up: ClassVar[bool] = False
     requires: ClassVar[tuple[str, ...]] = ()
     stochastic: ClassVar[bool] = False
     options = _Options()  # (not a field: no annotation)
@@ -328,6 +344,8 @@ class Algorithm:
                 )
             if opt.check is not None:
                 opt.check(f"--{flag}", value, optional=not opt.required)
+            if opt.type is Compressor and value is not None and not isinstance(value, Compressor):
+                raise ValueError(f"{name} must be a Compressor, got {value!r}")
 
     @classmethod
     def message_dim(cls, d: int) -> int:
@@ -362,6 +380,10 @@ class Algorithm:
             from problems import capabilities
 
             capabilities.check(cls.__name__, problem, cls.requires)
+        if cls.down_needs is not None:
+            opts = bind_down_compressor(
+                cls.__name__, cls.down_needs, problem, compressor, opts, force, cls.down_like_up
+            )
         compressor = compressor.bind(problem.n)
         check_compressor(cls.__name__, cls.needs, compressor, problem.d, force)
         unknown = set(opts) - set(cls.options)

@@ -4,18 +4,20 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import torch
 
-from algorithms.base import Algorithm, State, Theory, check_unit, option
+from algorithms.base import Algorithm, State, Theory
 from algorithms.bidirectional.bidirectional_common import (
     artemis_theory,
-    bind_down,
     down_option,
+    estimator_option,
     init_option,
     initial_memory,
+    memory_step_option,
     participation_mask,
+    participation_option,
     uplink_with_memory,
 )
 from algorithms.stepsizes import bidirectional as steps
@@ -29,7 +31,6 @@ SOURCE = (
     "1/(2(omega_up+1)) as the authors' code (philipco/artemis-bidirectional-compression, "
     "GradientDescent.py); step: the form of Thm 1 as recalled, not checked against the text"
 )
-ESTIMATORS = ("memory", "sampled")
 
 
 @dataclass(frozen=True)
@@ -67,35 +68,20 @@ class Artemis(Algorithm):
     """
 
     down_compressor: Compressor | None = down_option()
-    alpha: float | None = option(None, "uplink memory step alpha (default 1/(2(omega_up+1)))")
-    participation: float = option(
-        1.0,
-        "probability p in (0, 1] that a node takes part in a round (own coin)",
-        check=check_unit,
-        required=True,
-    )
-    estimator: str = option(
-        "memory", "partial participation: memory | sampled aggregation", choices=ESTIMATORS
-    )
+    alpha: float | None = memory_step_option("uplink memory step alpha (default 1/(2(omega_up+1)))")
+    participation: float = participation_option()
+    estimator: str = estimator_option()
     init_mode: str = init_option()
 
     needs: ClassVar[str] = "unbiased"
+    down_needs: ClassVar[str | None] = "unbiased"
+    down_like_up: ClassVar[bool] = True
     reports: ClassVar[tuple[str, ...]] = ("H", "participants")
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.down_compressor is None:
             object.__setattr__(self, "down_compressor", self.compressor.bind(1))
-        if not isinstance(self.down_compressor, Compressor):
-            raise ValueError(f"down_compressor must be a Compressor, got {self.down_compressor!r}")
-        # alpha = 0 (no memory) is allowed: the paper's memoryless baseline.
-        if self.alpha is not None and not 0 <= self.alpha <= 1:
-            raise ValueError(f"alpha must be in [0, 1], got {self.alpha!r}")
-
-    @classmethod
-    def configure(cls, problem, compressor, *, force: bool = False, **opts: Any):
-        opts = bind_down(cls.__name__, problem, compressor.bind(problem.n), opts, force)
-        return super().configure(problem, compressor, force=force, **opts)
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:

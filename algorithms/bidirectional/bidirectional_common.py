@@ -9,11 +9,10 @@ inputs, so the caller's state stays intact (``step`` never mutates its input).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
-from algorithms.base import Theory, bind_down_compressor, option
+from algorithms.base import Theory, check_fraction, check_unit, option
 from algorithms.stepsizes import bidirectional as steps
 from algorithms.vr.vr_common import need, need_unbiased
 from comm.base import Comm
@@ -33,7 +32,28 @@ def down_option():
 
 def participation_option():
     """The ``participation`` field of Artemis and MCM."""
-    return option(1.0, "probability p in (0, 1] that a node takes part in a round (own coin)")
+    return option(
+        1.0,
+        "probability p in (0, 1] that a node takes part in a round (own coin)",
+        check=check_unit,
+        required=True,
+    )
+
+
+ESTIMATORS = ("memory", "sampled")
+
+
+def estimator_option():
+    """The ``estimator`` field of Artemis and MCM (with partial participation)."""
+    return option(
+        "memory", "partial participation: memory | sampled aggregation", choices=ESTIMATORS
+    )
+
+
+def memory_step_option(help: str):  # noqa: A002 - the word argparse uses
+    """A memory step (``alpha``, ``alpha_down``) in ``[0, 1]``: 0, no memory, is the checks'
+    memoryless baseline."""
+    return option(None, help, check=check_fraction)
 
 
 def init_option():
@@ -41,13 +61,6 @@ def init_option():
     return option(
         "zero", "uplink memories h_i^0: zero | full (sent once, 32 d)", choices=INITS, flag="init"
     )
-
-
-def bind_down(cls_name: str, problem, compressor: Compressor, opts: dict[str, Any], force: bool):
-    """``opts`` with ``down_compressor`` bound for the server's one row (``bind(1)``) and checked
-    unbiased; when absent, the uplink's compressor (same spec) is used, as DORE, Artemis and MCM
-    compress both directions with the same operator in their experiments."""
-    return bind_down_compressor(cls_name, "unbiased", problem, compressor, opts, force, True)
 
 
 def down_omega(down: Compressor, d: int) -> float:

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import torch
 
 from algorithms.base import Algorithm, State, Theory, check_unit, option
 from algorithms.bidirectional.bidirectional_common import (
-    bind_down,
     down_omega,
     down_option,
     init_option,
     initial_memory,
+    memory_step_option,
     uplink_with_memory,
 )
 from algorithms.stepsizes import bidirectional as steps
@@ -68,7 +68,9 @@ class DORE(Algorithm):
     """
 
     down_compressor: Compressor | None = down_option()
-    alpha: float | None = option(None, "gradient memory step alpha (default 1/(2(omega_up+1)))")
+    alpha: float | None = memory_step_option(
+        "gradient memory step alpha (default 1/(2(omega_up+1)))"
+    )
     beta: float | None = option(
         None, "model memory step beta (default 1/(2(omega_down+1)))", check=check_unit
     )
@@ -76,24 +78,16 @@ class DORE(Algorithm):
     init_mode: str = init_option()
 
     needs: ClassVar[str] = "unbiased"
+    down_needs: ClassVar[str | None] = "unbiased"
+    down_like_up: ClassVar[bool] = True
     reports: ClassVar[tuple[str, ...]] = ("H", "E")
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.down_compressor is None:
             object.__setattr__(self, "down_compressor", self.compressor.bind(1))
-        if not isinstance(self.down_compressor, Compressor):
-            raise ValueError(f"down_compressor must be a Compressor, got {self.down_compressor!r}")
-        # alpha = 0 (no gradient memory) is allowed: it is the broken variant of the check.
-        if self.alpha is not None and not 0 <= self.alpha <= 1:
-            raise ValueError(f"alpha must be in [0, 1], got {self.alpha!r}")
         if self.eta is not None and not self.eta >= 0:
             raise ValueError(f"eta must be >= 0, got {self.eta!r}")
-
-    @classmethod
-    def configure(cls, problem, compressor, *, force: bool = False, **opts: Any):
-        opts = bind_down(cls.__name__, problem, compressor.bind(problem.n), opts, force)
-        return super().configure(problem, compressor, force=force, **opts)
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import torch
 
@@ -12,7 +12,6 @@ from algorithms.base import (
     Algorithm,
     State,
     Theory,
-    bind_down_compressor,
     option,
 )
 from algorithms.ef.ef21 import INITS, ef21_update
@@ -65,19 +64,13 @@ class EF21BC(Algorithm):
     )
 
     needs: ClassVar[str] = "contractive"
+    down_needs: ClassVar[str | None] = "contractive"
     reports: ClassVar[tuple[str, ...]] = ("G", "G_down")
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.down_compressor is None:
             object.__setattr__(self, "down_compressor", Identity())
-        if not isinstance(self.down_compressor, Compressor):
-            raise ValueError(f"down_compressor must be a Compressor, got {self.down_compressor!r}")
-
-    @classmethod
-    def configure(cls, problem, compressor, *, force: bool = False, **opts: Any):
-        opts = bind_down_compressor(cls.__name__, "contractive", problem, compressor, opts, force)
-        return super().configure(problem, compressor, force=force, **opts)
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:

@@ -5,19 +5,21 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import torch
 
-from algorithms.base import Algorithm, State, Theory, check_unit, option
+from algorithms.base import Algorithm, State, Theory, option
 from algorithms.bidirectional.bidirectional_common import (
     artemis_theory,
-    bind_down,
     down_omega,
     down_option,
+    estimator_option,
     init_option,
     initial_memory,
+    memory_step_option,
     participation_mask,
+    participation_option,
     uplink_with_memory,
 )
 from algorithms.stepsizes import bidirectional as steps
@@ -33,7 +35,6 @@ SOURCE = (
     "LocalDownCompressModelUpdate); step: Artemis's (derived, conservative), the paper's "
     "theorem constants were not available here"
 )
-ESTIMATORS = ("memory", "sampled")
 
 
 @dataclass(frozen=True)
@@ -76,42 +77,26 @@ class MCM(Algorithm):
     """
 
     down_compressor: Compressor | None = down_option()
-    alpha: float | None = option(None, "uplink memory step alpha (default 1/(2(omega_up+1)))")
-    alpha_down: float | None = option(
-        None, "downlink memory step alpha_down (default 1/(2(omega_dwn+1)))"
+    alpha: float | None = memory_step_option("uplink memory step alpha (default 1/(2(omega_up+1)))")
+    alpha_down: float | None = memory_step_option(
+        "downlink memory step alpha_down (default 1/(2(omega_dwn+1)))"
     )
     randomized: bool = option(False, "Rand-MCM: an independent downlink draw per node")
-    participation: float = option(
-        1.0,
-        "probability p in (0, 1] that a node takes part in a round (own coin)",
-        check=check_unit,
-        required=True,
-    )
-    estimator: str = option(
-        "memory", "partial participation: memory | sampled aggregation", choices=ESTIMATORS
-    )
+    participation: float = participation_option()
+    estimator: str = estimator_option()
     init_mode: str = init_option()
 
     needs: ClassVar[str] = "unbiased"
+    down_needs: ClassVar[str | None] = "unbiased"
+    down_like_up: ClassVar[bool] = True
     reports: ClassVar[tuple[str, ...]] = ("H", "P", "participants")
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.down_compressor is None:
             object.__setattr__(self, "down_compressor", self.compressor.bind(1))
-        if not isinstance(self.down_compressor, Compressor):
-            raise ValueError(f"down_compressor must be a Compressor, got {self.down_compressor!r}")
-        for name in ("alpha", "alpha_down"):  # 0 (no memory) allowed: the checks' baselines
-            v = getattr(self, name)
-            if v is not None and not 0 <= v <= 1:
-                raise ValueError(f"{name} must be in [0, 1], got {v!r}")
         if not isinstance(self.randomized, bool):
             raise ValueError(f"randomized must be true or false, got {self.randomized!r}")
-
-    @classmethod
-    def configure(cls, problem, compressor, *, force: bool = False, **opts: Any):
-        opts = bind_down(cls.__name__, problem, compressor.bind(problem.n), opts, force)
-        return super().configure(problem, compressor, force=force, **opts)
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:

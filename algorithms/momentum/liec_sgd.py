@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import torch
 
@@ -11,7 +11,6 @@ from algorithms.base import (
     Algorithm,
     State,
     Theory,
-    bind_down_compressor,
     check_count,
     option,
 )
@@ -94,6 +93,8 @@ class LIECSGD(Algorithm):
     )
 
     needs: ClassVar[str] = "contractive"
+    down_needs: ClassVar[str | None] = "contractive"
+    down_like_up: ClassVar[bool] = True
     stochastic: ClassVar[bool] = True
     reports: ClassVar[tuple[str, ...]] = ("E", "drift")
 
@@ -101,15 +102,6 @@ class LIECSGD(Algorithm):
         super().__post_init__()
         if self.down_compressor is None:
             object.__setattr__(self, "down_compressor", parse_spec(self.compressor.spec()))
-        if not isinstance(self.down_compressor, Compressor):
-            raise ValueError(f"down_compressor must be a Compressor, got {self.down_compressor!r}")
-
-    @classmethod
-    def configure(cls, problem, compressor, *, force: bool = False, **opts: Any):
-        opts = bind_down_compressor(
-            cls.__name__, "contractive", problem, compressor, opts, force, same_as_up=True
-        )
-        return super().configure(problem, compressor, force=force, **opts)
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import torch
 
@@ -13,7 +13,6 @@ from algorithms.base import (
     Algorithm,
     State,
     Theory,
-    bind_down_compressor,
     check_count,
     option,
 )
@@ -121,6 +120,7 @@ class NEOLITHIC(Algorithm):
     )
 
     needs: ClassVar[str] = "contractive"
+    down_needs: ClassVar[str | None] = "contractive"
     stochastic: ClassVar[bool] = True
     reports: ClassVar[tuple[str, ...]] = ("E",)
 
@@ -128,16 +128,9 @@ class NEOLITHIC(Algorithm):
         super().__post_init__()
         if self.down_compressor is None:
             object.__setattr__(self, "down_compressor", Identity())
-        if not isinstance(self.down_compressor, Compressor):
-            raise ValueError(f"down_compressor must be a Compressor, got {self.down_compressor!r}")
         tol = self.msc_tol
         if isinstance(tol, bool) or not isinstance(tol, int | float) or not 0 < tol < 1:
             raise ValueError(f"msc_tol must be in (0, 1), got {tol!r}")
-
-    @classmethod
-    def configure(cls, problem, compressor, *, force: bool = False, **opts: Any):
-        opts = bind_down_compressor(cls.__name__, "contractive", problem, compressor, opts, force)
-        return super().configure(problem, compressor, force=force, **opts)
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:

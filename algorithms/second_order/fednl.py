@@ -90,7 +90,24 @@ class FedNLState(State):
 
 
 @dataclass(frozen=True)
-class FedNL(Algorithm):
+class NewtonHessians(Algorithm):
+    """The Hessian options FedNL and Newton-3PC share (FedNL's Options 1 and 2, the start of
+    the learned Hessians and their row layout); both need exact per-node Hessians."""
+
+    option: int = _option(1, "1: projection [H]_mu; 2: H + l I", choices=OPTIONS)
+    mu: float | None = _option(None, "Option 1's projection level (default: the problem's mu)")
+    init_mode: str = _option(
+        "hessian", "H_i^0: hessian (at x^0) | zero", choices=INITS, flag="init"
+    )
+    hess_vec: str = _option("svec", "Hessian rows: svec (isometric) | triu (code)", choices=VECS)
+    l_norm: str = _option("fro", "Option 2's l_i: fro (paper) | spectral (code)", choices=NORMS)
+
+    needs: ClassVar[str] = "contractive"
+    requires: ClassVar[tuple[str, ...]] = ("hessians",)
+
+
+@dataclass(frozen=True)
+class FedNL(NewtonHessians):
     """FedNL: Newton steps with Hessians learned from compressed differences (arXiv 2106.02969).
 
     Safaryan, Islamov, Qian & Richtárik 2021, "FedNL: Making Newton-Type Methods Applicable to
@@ -131,16 +148,7 @@ class FedNL(Algorithm):
     alpha: float | None = _option(
         None, "Hessian learning rate (default 1-sqrt(1-delta) | 1/(omega+1))"
     )
-    option: int = _option(1, "1: projection [H]_mu; 2: H + l I", choices=OPTIONS)
-    mu: float | None = _option(None, "Option 1's projection level (default: the problem's mu)")
-    init_mode: str = _option(
-        "hessian", "H_i^0: hessian (at x^0) | zero", choices=INITS, flag="init"
-    )
-    hess_vec: str = _option("svec", "Hessian rows: svec (isometric) | triu (code)", choices=VECS)
-    l_norm: str = _option("fro", "Option 2's l_i: fro (paper) | spectral (code)", choices=NORMS)
 
-    needs: ClassVar[str] = "contractive"
-    requires: ClassVar[tuple[str, ...]] = ("hessians",)
     reports: ClassVar[tuple[str, ...]] = ("H_err", "l")
 
     def __post_init__(self) -> None:

@@ -8,7 +8,6 @@ from typing import Any, ClassVar
 import torch
 
 from algorithms.base import (
-    Algorithm,
     State,
     Theory,
     check_choice,
@@ -18,10 +17,7 @@ from algorithms.base import (
 from algorithms.base import option as _option  # (a field is named option)
 from algorithms.ef import three_pc_mechanisms as mech
 from algorithms.second_order.fednl import (
-    INITS,
-    NORMS,
-    OPTIONS,
-    VECS,
+    NewtonHessians,
     check_layout,
     newton_direction,
     smat,
@@ -63,7 +59,7 @@ class Newton3PCState(State):
 
 
 @dataclass(frozen=True)
-class Newton3PC(Algorithm):
+class Newton3PC(NewtonHessians):
     """Newton-3PC: Newton steps with Hessians learned through a 3PC mechanism (arXiv 2206.03588).
 
     Islamov, Qian, Hanzely, Safaryan & Richtárik 2022, "Distributed Newton-Type Methods with
@@ -102,17 +98,7 @@ class Newton3PC(Algorithm):
         0.75, "CBAG: each node's probability to send (paper: 0.75)", check=check_unit, required=True
     )
     zeta: float = _option(1.0, "LAG/CLAG trigger zeta >= 0")
-    # FedNL's Hessian options, as FedNL declares them.
-    option: int = _option(1, "1: projection [H]_mu; 2: H + l I", choices=OPTIONS)
-    mu: float | None = _option(None, "Option 1's projection level (default: the problem's mu)")
-    init_mode: str = _option(
-        "hessian", "H_i^0: hessian (at x^0) | zero", choices=INITS, flag="init"
-    )
-    hess_vec: str = _option("svec", "Hessian rows: svec (isometric) | triu (code)", choices=VECS)
-    l_norm: str = _option("fro", "Option 2's l_i: fro (paper) | spectral (code)", choices=NORMS)
 
-    needs: ClassVar[str] = "contractive"
-    requires: ClassVar[tuple[str, ...]] = ("hessians",)
     reports: ClassVar[tuple[str, ...]] = ("H_err", "sent", "l")
 
     def __post_init__(self) -> None:

@@ -110,7 +110,7 @@ def test_the_input_state_is_not_mutated(ridge):
 def test_bad_options_are_refused(quad):
     C = parse_spec("randk:k=3")
     for opts, match in [
-        ({"alpha_down": 2.0}, "alpha_down must be in"),
+        ({"alpha_down": 2.0}, "--alpha-down must be in"),
         ({"alpha": -1.0}, "alpha must be in"),
         ({"randomized": "yes"}, "randomized must be"),
         ({"participation": 1.5}, "participation must be in"),
