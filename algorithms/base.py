@@ -462,6 +462,18 @@ def _theory_error(cls, problem, e: Exception) -> str:
     )
 
 
+def minibatch_option():
+    """The ``batch_size`` option of the methods whose minibatches are optional: a positive
+    integer, or None (the default) for full local gradients."""
+    return option(None, "minibatch per node (default: full local gradients)", check=check_count)
+
+
+def minibatch(problem, comm: Comm, t: int, tag: int, size: int | None):
+    """Step ``t``'s minibatch of ``size`` rows per node from the stream ``tag``, or None (full
+    local gradients) when ``size`` is None."""
+    return None if size is None else problem.sample(comm.rng(t, tag=tag), size)
+
+
 def grads(problem, x: torch.Tensor, batch=None) -> torch.Tensor:
     """Every held node's gradient at the common point ``x``, ``(m, d)``."""
     return problem.grad(x, batch)

@@ -8,7 +8,13 @@ from typing import ClassVar
 import torch
 
 from algorithms import stepsizes
-from algorithms.base import Algorithm, State, Theory, check_count, option
+from algorithms.base import (
+    Algorithm,
+    State,
+    Theory,
+    minibatch,
+    minibatch_option,
+)
 from algorithms.vr.vr_common import need
 from comm.base import Comm
 from comm.error_feedback import compensate_, ef14_send
@@ -76,9 +82,7 @@ class ECSGD(Algorithm):
     ``E = mean_i ||e_i||^2``.
     """
 
-    batch_size: int | None = option(
-        None, "minibatch per node (default: full local gradients)", check=check_count
-    )
+    batch_size: int | None = minibatch_option()
 
     needs: ClassVar[str] = "absolute"
     stochastic: ClassVar[bool] = True
@@ -101,9 +105,7 @@ class ECSGD(Algorithm):
     def _step(self, state: ECState, problem, comm: Comm):
         t = state.t
         comm.broadcast_full(problem.d)
-        batch = None
-        if self.batch_size is not None:
-            batch = problem.sample(comm.rng(t, tag=tags.EC_SGD_BATCH), self.batch_size)
+        batch = minibatch(problem, comm, t, tags.EC_SGD_BATCH, self.batch_size)
         g_i = problem.grad(state.x, batch).mul_(self.gamma)
         mean, e_i = ec_send(state.e_i, g_i, self.compressor, comm, t)
         E = comm.monitor_mean(torch.linalg.vector_norm(e_i, dim=1) ** 2)

@@ -8,7 +8,7 @@ from typing import ClassVar
 
 import torch
 
-from algorithms.base import State, Theory, check_count, option
+from algorithms.base import State, Theory, minibatch_option, option
 from algorithms.robust.options import BYZ_REPORTS, ByzantineAlgorithm
 from comm.base import Comm
 from streams import tags
@@ -47,9 +47,7 @@ class RoSDHB(ByzantineAlgorithm):
     """
 
     beta: float = option(0.9, "momentum coefficient beta of each node's momentum")
-    batch_size: int | None = option(
-        None, "minibatch per node (default: full local gradients)", check=check_count
-    )
+    batch_size: int | None = minibatch_option()
 
     needs: ClassVar[str] = "unbiased"
     reports: ClassVar[tuple[str, ...]] = BYZ_REPORTS

@@ -7,7 +7,14 @@ from typing import ClassVar
 
 import torch
 
-from algorithms.base import Algorithm, State, Theory, check_count, option
+from algorithms.base import (
+    Algorithm,
+    State,
+    Theory,
+    minibatch,
+    minibatch_option,
+    option,
+)
 from algorithms.ef.ef21 import ef21_theory
 from comm.base import Comm
 from comm.error_feedback import compensate_, ef14_send
@@ -47,9 +54,7 @@ class EF14(Algorithm):
     Reports ``E = mean_i ||e_i||^2``.
     """
 
-    batch_size: int | None = option(
-        None, "minibatch per node (default: full local gradients)", check=check_count
-    )
+    batch_size: int | None = minibatch_option()
     regime: str = option("nonconvex", "theory step: auto | nonconvex | pl", choices=REGIMES)
 
     needs: ClassVar[str] = "contractive"
@@ -73,9 +78,7 @@ class EF14(Algorithm):
     def _step(self, state: EF14State, problem, comm: Comm):
         C, t = self.compressor, state.t
         comm.broadcast_full(problem.d)
-        batch = None
-        if self.batch_size is not None:
-            batch = problem.sample(comm.rng(t, tag=tags.EF14_BATCH), self.batch_size)
+        batch = minibatch(problem, comm, t, tags.EF14_BATCH, self.batch_size)
         # e_i + gamma grad f_i, built in the fresh gradient's buffer, which becomes e_i^{t+1}
         p_i = compensate_(problem.grad(state.x, batch).mul_(self.gamma), state.e_i)
         mean, e_i = ef14_send(C, comm, t, p_i)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from algorithms import stepsizes
-from algorithms.base import Theory, check_count, option
+from algorithms.base import Theory, minibatch, minibatch_option, option
 from algorithms.ef.ef21 import EF21Base, EF21State, ef21_update
 from comm.base import Comm
 from streams import tags
@@ -49,9 +49,7 @@ class EF21SGD(EF21Base):
     about ``sqrt(2(1 + nu))``; ``--step-mult`` or ``--step`` restore EF21's.
     """
 
-    batch_size: int | None = option(
-        None, "minibatch per node (default: full local gradients)", check=check_count
-    )
+    batch_size: int | None = minibatch_option()
     regime: str = option("auto", "theory step: auto | nonconvex | pl", choices=REGIMES)
 
     needs: ClassVar[str] = "contractive"
@@ -85,8 +83,6 @@ class EF21SGD(EF21Base):
     def _step(self, state: EF21State, problem, comm: Comm):
         C, t = self.compressor, state.t
         x = self._descend(state, problem, comm)
-        batch = None
-        if self.batch_size is not None:
-            batch = problem.sample(comm.rng(t, tag=tags.EF21_SGD_BATCH), self.batch_size)
+        batch = minibatch(problem, comm, t, tags.EF21_SGD_BATCH, self.batch_size)
         g_i, g, _ = ef21_update(C, problem.grad(x, batch), state.g_i, state.g, comm, t)
         return EF21State(x=x, t=t + 1, g_i=g_i, g=g), {}

@@ -8,7 +8,14 @@ from typing import ClassVar
 import torch
 
 from algorithms import stepsizes
-from algorithms.base import Algorithm, State, Theory, check_count, option
+from algorithms.base import (
+    Algorithm,
+    State,
+    Theory,
+    minibatch,
+    minibatch_option,
+    option,
+)
 from algorithms.vr.vr_common import need
 from comm.base import Comm
 from streams import tags
@@ -57,9 +64,7 @@ class CompAMS(Algorithm):
     beta1: float = option(0.9, "AMSGrad first-moment decay beta1 in [0, 1)")
     beta2: float = option(0.999, "AMSGrad second-moment decay beta2 in [0, 1)")
     eps: float = option(1e-8, "AMSGrad eps > 0 (inside the square root)")
-    batch_size: int | None = option(
-        None, "minibatch per node (default: full local gradients)", check=check_count
-    )
+    batch_size: int | None = minibatch_option()
 
     needs: ClassVar[str] = "contractive"
     stochastic: ClassVar[bool] = True
@@ -95,9 +100,7 @@ class CompAMS(Algorithm):
     def _step(self, state: CompAMSState, problem, comm: Comm):
         C, t = self.compressor, state.t
         comm.broadcast_full(problem.d)
-        batch = None
-        if self.batch_size is not None:
-            batch = problem.sample(comm.rng(t, tag=tags.BATCH), self.batch_size)
+        batch = minibatch(problem, comm, t, tags.BATCH, self.batch_size)
         p_i = problem.grad(state.x, batch).add_(state.e_i)  # becomes e_i^{t+1} in place
         packet = C.encode(p_i, comm.rng_for(C, t))
         c_i = C.decode(packet)

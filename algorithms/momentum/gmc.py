@@ -7,7 +7,14 @@ from typing import ClassVar
 
 import torch
 
-from algorithms.base import Algorithm, State, Theory, check_count, option
+from algorithms.base import (
+    Algorithm,
+    State,
+    Theory,
+    minibatch,
+    minibatch_option,
+    option,
+)
 from algorithms.ef.ef21 import ef21_theory
 from algorithms.stepsizes.momentum_ec import gmc as gmc_step
 from comm.base import Comm
@@ -65,9 +72,7 @@ class GMC(Algorithm):
     """
 
     beta: float = option(0.9, "GMC's global momentum beta in [0, 1)")
-    batch_size: int | None = option(
-        None, "minibatch per node (default: full local gradients)", check=check_count
-    )
+    batch_size: int | None = minibatch_option()
 
     needs: ClassVar[str] = "contractive"
     stochastic: ClassVar[bool] = True
@@ -98,9 +103,7 @@ class GMC(Algorithm):
     def _step(self, state: GMCState, problem, comm: Comm):
         C, t = self.compressor, state.t
         comm.broadcast_full(problem.d)
-        batch = None
-        if self.batch_size is not None:
-            batch = problem.sample(comm.rng(t, tag=tags.GMC_BATCH), self.batch_size)
+        batch = minibatch(problem, comm, t, tags.GMC_BATCH, self.batch_size)
         # e_i + gamma g_i + beta (x^{t-1} - x^t), in the fresh gradient's buffer (-> e_i^{t+1})
         p_i = compensate_(problem.grad(state.x, batch).mul_(self.gamma), state.e_i)
         p_i.add_(state.x_prev - state.x, alpha=self.beta)

@@ -12,6 +12,8 @@ from algorithms.base import (
     State,
     Theory,
     check_count,
+    minibatch,
+    minibatch_option,
     option,
 )
 from algorithms.stepsizes.momentum_ec import liec_sgd as liec_step
@@ -88,9 +90,7 @@ class LIECSGD(Algorithm):
     period: int = option(
         32, "rounds H between model averages (LIEC-SGD(H))", check=check_count, required=True
     )
-    batch_size: int | None = option(
-        None, "minibatch per node (default: full local gradients)", check=check_count
-    )
+    batch_size: int | None = minibatch_option()
 
     needs: ClassVar[str] = "contractive"
     down_needs: ClassVar[str | None] = "contractive"
@@ -126,9 +126,7 @@ class LIECSGD(Algorithm):
 
     def _step(self, state: LIECSGDState, problem, comm: Comm):
         C, CM, t, d = self.compressor, self.down_compressor, state.t, problem.d
-        batch = None
-        if self.batch_size is not None:
-            batch = problem.sample(comm.rng(t, tag=tags.LIEC_BATCH), self.batch_size)
+        batch = minibatch(problem, comm, t, tags.LIEC_BATCH, self.batch_size)
         g_i = problem.grad(state.x_i, batch)
         if (t + 1) % self.period == 0:
             x_bar = comm.reduce_full(state.x_i)

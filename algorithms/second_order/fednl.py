@@ -105,6 +105,16 @@ class NewtonHessians(Algorithm):
     needs: ClassVar[str] = "contractive"
     requires: ClassVar[tuple[str, ...]] = ("hessians",)
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_layout(self.compressor, self.hess_vec)
+        if self.mu is not None and not self.mu > 0:
+            raise ValueError(f"mu must be > 0, got {self.mu}")
+
+    @classmethod
+    def message_dim(cls, d: int) -> int:
+        return tri_size(d)  # the Hessian rows: a symmetric matrix's d(d+1)/2 entries
+
 
 @dataclass(frozen=True)
 class FedNL(NewtonHessians):
@@ -155,13 +165,6 @@ class FedNL(NewtonHessians):
         super().__post_init__()
         if self.alpha is not None and not 0 <= self.alpha <= 1:
             raise ValueError(f"alpha must be in [0, 1] (0: no Hessian learning), got {self.alpha}")
-        check_layout(self.compressor, self.hess_vec)
-        if self.mu is not None and not self.mu > 0:
-            raise ValueError(f"mu must be > 0, got {self.mu}")
-
-    @classmethod
-    def message_dim(cls, d: int) -> int:
-        return tri_size(d)  # the Hessian rows: a symmetric matrix's d(d+1)/2 entries
 
     @classmethod
     def configure(cls, problem, compressor: Compressor, *, force: bool = False, **opts: Any):

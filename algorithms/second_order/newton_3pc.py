@@ -18,7 +18,6 @@ from algorithms.base import option as _option  # (a field is named option)
 from algorithms.ef import three_pc_mechanisms as mech
 from algorithms.second_order.fednl import (
     NewtonHessians,
-    check_layout,
     newton_direction,
     smat,
     svec,
@@ -105,13 +104,6 @@ class Newton3PC(NewtonHessians):
         super().__post_init__()
         if not self.zeta >= 0:
             raise ValueError(f"zeta must be >= 0, got {self.zeta}")
-        check_layout(self.compressor, self.hess_vec)
-        if self.mu is not None and not self.mu > 0:
-            raise ValueError(f"mu must be > 0, got {self.mu}")
-
-    @classmethod
-    def message_dim(cls, d: int) -> int:
-        return tri_size(d)  # the Hessian rows: a symmetric matrix's d(d+1)/2 entries
 
     @classmethod
     def configure(cls, problem, compressor, *, force: bool = False, **opts: Any):

@@ -7,7 +7,16 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from algorithms import stepsizes
-from algorithms.base import Algorithm, State, Theory, check_choice, check_count, option
+from algorithms.base import (
+    Algorithm,
+    State,
+    Theory,
+    check_choice,
+    check_count,
+    minibatch,
+    minibatch_option,
+    option,
+)
 from comm.base import Comm
 from streams import tags
 
@@ -36,7 +45,7 @@ class DCGD(Algorithm):
     counterexample (Beznosikov et al. 2020, arXiv 2002.12410).
     """
 
-    batch_size: int | None = option(None, "minibatch per node (default: full local gradients)")
+    batch_size: int | None = minibatch_option()
     convexity: str = option(
         "auto", "DCGD theory step: auto | nonconvex | strongly-convex", choices=REGIMES
     )
@@ -92,9 +101,7 @@ class DCGD(Algorithm):
     def _step(self, state: State, problem, comm: Comm):
         C, t = self.compressor, state.t
         comm.broadcast_full(problem.d)
-        batch = None
-        if self.batch_size is not None:
-            batch = problem.sample(comm.rng(t, tag=tags.BATCH), self.batch_size)
+        batch = minibatch(problem, comm, t, tags.BATCH, self.batch_size)
         g_i = problem.grad(state.x, batch)
         g = comm.reduce(C.encode(g_i, comm.rng_for(C, t)), C)
         return dataclasses.replace(state, x=state.x - self.gamma * g, t=t + 1), {}

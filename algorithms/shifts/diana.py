@@ -12,9 +12,10 @@ from algorithms.base import (
     Algorithm,
     State,
     Theory,
-    check_count,
     check_unit,
     initial_estimator,
+    minibatch,
+    minibatch_option,
     option,
 )
 from algorithms.vr.vr_common import (
@@ -68,9 +69,7 @@ class DIANA(Algorithm):
         None, "DIANA shift step alpha (default 1/(omega+1))", check=check_unit
     )
     init_mode: str = option("zero", "h_i^0: zero | full", choices=INITS, flag="init")
-    batch_size: int | None = option(
-        None, "minibatch per node (default: full local gradients)", check=check_count
-    )
+    batch_size: int | None = minibatch_option()
 
     needs: ClassVar[str] = "unbiased"
     stochastic: ClassVar[bool] = True
@@ -119,9 +118,7 @@ class DIANA(Algorithm):
         C, t = self.compressor, state.t
         alpha = self._alpha(problem.d)
         comm.broadcast_full(problem.d)
-        batch = None
-        if self.batch_size is not None:
-            batch = problem.sample(comm.rng(t, tag=tags.BATCH), self.batch_size)
+        batch = minibatch(problem, comm, t, tags.BATCH, self.batch_size)
         packet = C.encode(problem.grad(state.x, batch) - state.h_i, comm.rng_for(C, t))
         delta_i = C.decode(packet)
         delta = comm.reduce(packet, C, decoded=delta_i)
