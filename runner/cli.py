@@ -157,6 +157,8 @@ def build_parser(
         }
         if opt.choices:
             kw["choices"] = opt.choices
+        else:
+            kw["metavar"] = flag.upper().replace("-", "_")  # never the internal opt_ name
         if every:
             users = sorted(k for k, c in ALGORITHMS.items() if field_name in c.options)
             kw["help"] = f"{opt.help} [{', '.join(users)}]"
