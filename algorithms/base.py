@@ -462,6 +462,15 @@ def _theory_error(cls, problem, e: Exception) -> str:
     )
 
 
+REGIMES = ("auto", "nonconvex", "pl")
+
+
+def regime_option(default: str = "auto"):
+    """The ``regime`` option of the methods with a nonconvex and a PL theorem: which step
+    (``auto``: the PL step where the problem knows ``mu``)."""
+    return option(default, "theory step: auto | nonconvex | pl", choices=REGIMES)
+
+
 def minibatch_option():
     """The ``batch_size`` option of the methods whose minibatches are optional: a positive
     integer, or None (the default) for full local gradients."""

@@ -13,8 +13,9 @@ from algorithms.base import (
     State,
     Theory,
     option,
+    regime_option,
 )
-from algorithms.ef.ef21 import INITS, ef21_update
+from algorithms.ef.ef21 import ef21_init_option, ef21_update
 from comm.base import Comm
 from compressors import Compressor
 from compressors.identity import Identity
@@ -58,10 +59,8 @@ class EF21BC(Algorithm):
     down_compressor: Compressor = option(
         help="downlink compressor C_M (--down-compressor)", default_factory=Identity
     )
-    init_mode: str = option("full", "g_i^0: full | compressed | zero", choices=INITS, flag="init")
-    regime: str = option(
-        "auto", "theory step: auto | nonconvex | pl", choices=("auto", "nonconvex", "pl")
-    )
+    init_mode: str = ef21_init_option()
+    regime: str = regime_option()
 
     needs: ClassVar[str] = "contractive"
     down_needs: ClassVar[str | None] = "contractive"

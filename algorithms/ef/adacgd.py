@@ -16,13 +16,13 @@ from algorithms.base import (
     Theory,
     initial_estimator,
     option,
+    regime_option,
 )
-from algorithms.ef.ef21 import INITS
+from algorithms.ef.ef21 import ef21_init_option
 from comm.base import Comm
 from compressors import Compressor, parse_spec
 from streams import tags
 
-REGIMES = ("auto", "nonconvex", "pl")
 SOURCE = (
     "Makarenko, Gasanov, Islamov, Sadiev & Richtárik 2022, arXiv 2211.00188 (AdaCGD, the "
     "adaptive 3PC mechanism); constants A = theta(delta_m), B = max(zeta, beta(delta_m)) derived "
@@ -112,8 +112,8 @@ class AdaCGD(Algorithm):
 
     levels: str = option("topk:k=1", "coarse levels, specs separated by '|', coarsest first")
     zeta: float = option(1.0, "trigger zeta >= 0")
-    init_mode: str = option("full", "g_i^0: full | compressed | zero", choices=INITS, flag="init")
-    regime: str = option("auto", "theory step: auto | nonconvex | pl", choices=REGIMES)
+    init_mode: str = ef21_init_option()
+    regime: str = regime_option()
 
     needs: ClassVar[str] = "contractive"
     reports: ClassVar[tuple[str, ...]] = ("G", "level")

@@ -13,14 +13,12 @@ from algorithms.base import (
     Theory,
     minibatch,
     minibatch_option,
-    option,
+    regime_option,
 )
 from algorithms.ef.ef21 import ef21_theory
 from comm.base import Comm
 from comm.error_feedback import compensate_, ef14_send
 from streams import tags
-
-REGIMES = ("auto", "nonconvex", "pl")
 
 
 @dataclass(frozen=True)
@@ -55,7 +53,7 @@ class EF14(Algorithm):
     """
 
     batch_size: int | None = minibatch_option()
-    regime: str = option("nonconvex", "theory step: auto | nonconvex | pl", choices=REGIMES)
+    regime: str = regime_option("nonconvex")
 
     needs: ClassVar[str] = "contractive"
     stochastic: ClassVar[bool] = True

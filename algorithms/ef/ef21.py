@@ -14,11 +14,18 @@ from algorithms.base import (
     Theory,
     initial_estimator,
     option,
+    regime_option,
 )
 from comm.base import Comm
 from comm.error_feedback import ef21_update  # noqa: F401  (its variants import it here)
 
 INITS = ("full", "compressed", "zero")
+
+
+def ef21_init_option():
+    """The ``init_mode`` option (``--init``) of EF21's estimators ``g_i^0``
+    (:func:`algorithms.base.initial_estimator`)."""
+    return option("full", "g_i^0: full | compressed | zero", choices=INITS, flag="init")
 
 
 @dataclass(frozen=True)
@@ -71,7 +78,7 @@ class EF21Base(Algorithm):
     (``--init``, see :func:`initial_estimator`) and the step ``x^{t+1} = x^t - gamma g^t``,
     after which the server broadcasts ``x^{t+1}`` uncompressed."""
 
-    init_mode: str = option("full", "g_i^0: full | compressed | zero", choices=INITS, flag="init")
+    init_mode: str = ef21_init_option()
 
     def init(self, x0, problem, comm: Comm) -> EF21State:
         g_i, g = initial_estimator(self.init_mode, problem.grad(x0), self.compressor, comm)
@@ -102,9 +109,7 @@ class EF21(EF21Base):
     ``G = mean_i ||g_i - grad f_i(x)||^2``, reported as ``G`` each step.
     """
 
-    regime: str = option(
-        "auto", "theory step: auto | nonconvex | pl", choices=("auto", "nonconvex", "pl")
-    )
+    regime: str = regime_option()
 
     needs: ClassVar[str] = "contractive"
     reports: ClassVar[tuple[str, ...]] = ("G",)

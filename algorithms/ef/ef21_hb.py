@@ -8,11 +8,9 @@ from typing import ClassVar
 import torch
 
 from algorithms import stepsizes
-from algorithms.base import Algorithm, State, Theory, initial_estimator, option
-from algorithms.ef.ef21 import INITS, ef21_theory, ef21_update
+from algorithms.base import Algorithm, State, Theory, initial_estimator, option, regime_option
+from algorithms.ef.ef21 import ef21_init_option, ef21_theory, ef21_update
 from comm.base import Comm
-
-REGIMES = ("auto", "nonconvex", "pl")
 
 
 @dataclass(frozen=True)
@@ -45,8 +43,8 @@ class EF21HB(Algorithm):
     """
 
     eta: float = option(0.9, "heavy-ball momentum eta in [0, 1)")
-    init_mode: str = option("full", "g_i^0: full | compressed | zero", choices=INITS, flag="init")
-    regime: str = option("auto", "theory step: auto | nonconvex | pl", choices=REGIMES)
+    init_mode: str = ef21_init_option()
+    regime: str = regime_option()
 
     needs: ClassVar[str] = "contractive"
     reports: ClassVar[tuple[str, ...]] = ("G",)

@@ -10,7 +10,7 @@ from typing import ClassVar
 import torch
 
 from algorithms import stepsizes
-from algorithms.base import Theory, check_count, check_unit, option
+from algorithms.base import Theory, check_count, check_unit, option, regime_option
 from algorithms.ef.ef21 import EF21Base, EF21State, borrowed_ef21_theory, ef21_update
 from algorithms.vr.vr_common import (
     need,
@@ -21,7 +21,6 @@ from algorithms.vr.vr_common import (
 from comm.base import Comm
 from streams import tags
 
-REGIMES = ("auto", "nonconvex", "pl")
 COINS = ("node", "shared")
 PAGE_STEPS = ("authors", "derived")
 
@@ -106,7 +105,7 @@ class EF21PAGE(EF21Base):
     coin: str = option(
         "node", "PAGE coin: node (the paper) | shared (authors' code)", choices=COINS
     )
-    regime: str = option("auto", "theory step: auto | nonconvex | pl", choices=REGIMES)
+    regime: str = regime_option()
     page_step: str = option(
         "authors",
         "EF21-PAGE step: authors (EF21's, the authors' code) | derived (deviation, "

@@ -8,12 +8,10 @@ from typing import ClassVar
 
 import torch
 
-from algorithms.base import Theory, option
+from algorithms.base import Theory, regime_option
 from algorithms.ef.ef21 import EF21Base, EF21State, ef21_theory
 from comm.base import Comm
 from streams import tags
-
-REGIMES = ("auto", "nonconvex", "pl")
 
 
 @dataclass(frozen=True)
@@ -42,7 +40,7 @@ class EF21Plus(EF21Base):
     sent ``C(grad f_i)``.
     """
 
-    regime: str = option("auto", "theory step: auto | nonconvex | pl", choices=REGIMES)
+    regime: str = regime_option()
 
     needs: ClassVar[str] = "contractive"
     reports: ClassVar[tuple[str, ...]] = ("G", "fresh")

@@ -9,7 +9,7 @@ from typing import ClassVar
 import torch
 
 from algorithms import stepsizes
-from algorithms.base import Theory, check_choice, check_unit, option
+from algorithms.base import Theory, check_choice, check_unit, option, regime_option
 from algorithms.ef.ef21 import EF21Base, EF21State, ef21_update
 from comm.base import Comm
 from streams import tags
@@ -69,7 +69,7 @@ class EF21PP(EF21Base):
         0.5, "probability p in (0, 1] that a node takes part", check=check_unit, required=True
     )
     sampling: str = option("poisson", "participation: poisson | nice", choices=SAMPLINGS)
-    regime: str = option("auto", "theory step: auto | nonconvex | pl", choices=REGIMES)
+    regime: str = regime_option()
 
     needs: ClassVar[str] = "contractive"
     reports: ClassVar[tuple[str, ...]] = ("G", "participants")

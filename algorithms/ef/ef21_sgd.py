@@ -6,12 +6,10 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from algorithms import stepsizes
-from algorithms.base import Theory, minibatch, minibatch_option, option
+from algorithms.base import Theory, minibatch, minibatch_option, regime_option
 from algorithms.ef.ef21 import EF21Base, EF21State, ef21_update
 from comm.base import Comm
 from streams import tags
-
-REGIMES = ("auto", "nonconvex", "pl")
 
 
 @dataclass(frozen=True)
@@ -50,7 +48,7 @@ class EF21SGD(EF21Base):
     """
 
     batch_size: int | None = minibatch_option()
-    regime: str = option("auto", "theory step: auto | nonconvex | pl", choices=REGIMES)
+    regime: str = regime_option()
 
     needs: ClassVar[str] = "contractive"
     stochastic: ClassVar[bool] = True

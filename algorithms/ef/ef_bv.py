@@ -15,12 +15,12 @@ from algorithms.base import (
     check_choice,
     initial_estimator,
     option,
+    regime_option,
 )
 from comm.base import Comm
 from compressors import Compressor
 
 INITS = ("full", "compressed", "zero")
-REGIMES = ("auto", "nonconvex", "pl")
 
 
 STEP_RULES = ("authors", "derived")
@@ -82,7 +82,7 @@ class EFBV(Algorithm):
     lam: float | None = option(None, "EF-BV lambda in (0, 1] (default: lambda*)", flag="ef_lambda")
     nu: float | None = option(None, "EF-BV nu in (0, 1] (default: nu*)", flag="ef_nu")
     init_mode: str = option("full", "h_i^0: full | compressed | zero", choices=INITS, flag="init")
-    regime: str = option("auto", "theory step: auto | nonconvex | pl", choices=REGIMES)
+    regime: str = regime_option()
     step_rule: str = option(
         "authors",
         "EF-BV theory step: authors (their code) | derived (this library's, a deviation)",

@@ -16,15 +16,14 @@ from algorithms.base import (
     check_unit,
     initial_estimator,
     option,
+    regime_option,
 )
 from algorithms.ef import three_pc_mechanisms as mech
-from algorithms.ef.ef21 import INITS
+from algorithms.ef.ef21 import ef21_init_option
 from comm.base import Comm
 from compressors import Compressor, parse_spec
 from compressors.rand_k import RandK
 from compressors.top_k import TopK
-
-REGIMES = ("auto", "nonconvex", "pl")
 
 
 @dataclass(frozen=True)
@@ -102,8 +101,8 @@ class ThreePC(Algorithm):
         None, "3PCv2's Q / 3PCv3-v4's C2 as a SPEC (default: randk / topk, same k)"
     )
     inner_mechanism: str = option("ef21", "3PCv3's inner 3PC", choices=mech.INNER)
-    init_mode: str = option("full", "g_i^0: full | compressed | zero", choices=INITS, flag="init")
-    regime: str = option("auto", "theory step: auto | nonconvex | pl", choices=REGIMES)
+    init_mode: str = ef21_init_option()
+    regime: str = regime_option()
 
     needs: ClassVar[str] = "contractive"
     reports: ClassVar[tuple[str, ...]] = ("G",)

@@ -154,15 +154,10 @@ class ADIANA(Algorithm):
 
     @classmethod
     def configure(cls, problem, compressor, **kw: Any):
-        algo, record = super().configure(problem, compressor, **kw)
         # theta1, gamma_z and beta follow the step actually used (theory's eta times
         # --step-mult, or --step), as the reference code derives them from eta; the other
         # parameters are filled too when the theory step is unavailable (--step given).
-        resolved = algo.resolved(problem.n, problem.d)
-        fill = {k: v for k, v in resolved.items() if getattr(algo, k) is None}
-        algo = dataclasses.replace(algo, **fill)
-        record["params"].update(fill)
-        return algo, record
+        return fill_resolved(*super().configure(problem, compressor, **kw), problem)
 
     def resolved(self, n: int, d: int) -> dict[str, float]:
         """Every parameter, the ones left ``None`` from theory for this step ``gamma``."""
@@ -197,6 +192,15 @@ class ADIANA(Algorithm):
             self.compressor, state, problem, comm, self.gamma, q["theta1"], q["theta2"],
             q["gamma_z"], q["beta"], q["alpha"], q["p"],
         )  # fmt: skip
+
+
+def fill_resolved(algo, record: dict, problem) -> tuple:
+    """``algo`` with its parameters still None filled from ``algo.resolved`` (ADIANA's and
+    CANITA's parameters that follow the step used), recorded in ``record["params"]``."""
+    resolved = algo.resolved(problem.n, problem.d)
+    fill = {k: v for k, v in resolved.items() if getattr(algo, k) is None}
+    record["params"].update(fill)
+    return dataclasses.replace(algo, **fill), record
 
 
 def init_state(C, init_mode: str, x0, problem, comm: Comm) -> ADIANAState:

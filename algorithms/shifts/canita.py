@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from algorithms.base import Algorithm, Theory, check_unit, option
-from algorithms.shifts.adiana import INITS, ADIANAState, accelerated_round, init_state
+from algorithms.shifts.adiana import (
+    INITS,
+    ADIANAState,
+    accelerated_round,
+    fill_resolved,
+    init_state,
+)
 from algorithms.stepsizes.accelerated import adiana_alpha, adiana_eta, adiana_p, canita_theta1
 from algorithms.vr.vr_common import effective_omega, need, need_independent_unbiased
 from comm.base import Comm
@@ -117,12 +122,7 @@ class CANITA(Algorithm):
 
     @classmethod
     def configure(cls, problem, compressor, **kw: Any):
-        algo, record = super().configure(problem, compressor, **kw)
-        resolved = algo.resolved(problem.n, problem.d)
-        fill = {k: v for k, v in resolved.items() if getattr(algo, k) is None}
-        algo = dataclasses.replace(algo, **fill)
-        record["params"].update(fill)
-        return algo, record
+        return fill_resolved(*super().configure(problem, compressor, **kw), problem)
 
     def coupling(self, t: int, p: float) -> float:
         """``theta1_t``: the constant ``theta1`` if given, else the schedule."""

@@ -8,7 +8,7 @@ from typing import ClassVar
 import torch
 
 from algorithms import stepsizes
-from algorithms.base import Algorithm, State, Theory, check_unit, option
+from algorithms.base import Algorithm, State, Theory, check_unit, option, regime_option
 from algorithms.vr.vr_common import (
     P_HELP,
     ab_kind,
@@ -20,7 +20,6 @@ from algorithms.vr.vr_common import (
 from comm.base import Comm
 from streams import tags
 
-REGIMES = ("auto", "nonconvex", "pl")
 SOURCE = "Gorbunov, Burlachenko, Li & Richtárik 2021, arXiv 2102.07845"
 
 
@@ -57,7 +56,7 @@ class MARINA(Algorithm):
     """
 
     p: float | None = option(None, P_HELP, check=check_unit)
-    regime: str = option("auto", "theory step: auto | nonconvex | pl", choices=REGIMES)
+    regime: str = regime_option()
 
     needs: ClassVar[str] = "unbiased"
     reports: ClassVar[tuple[str, ...]] = ("sync",)
