@@ -115,6 +115,19 @@ class NewtonHessians(Algorithm):
     def message_dim(cls, d: int) -> int:
         return tri_size(d)  # the Hessian rows: a symmetric matrix's d(d+1)/2 entries
 
+    @classmethod
+    def projection_mu(cls, problem, opts, label: str) -> float | None:
+        """Option 1's projection level (``--mu``, else the problem's ``mu``); None for Option 2."""
+        if int(opts.get("option", 1)) != 1:
+            return None
+        mu = opts.get("mu") or problem.consts.mu
+        if mu is None:
+            raise ValueError(
+                f"{label} Option 1 projects onto {{H >= mu I}} and this problem does not "
+                "know mu: give --mu or use --option 2"
+            )
+        return float(mu)
+
 
 @dataclass(frozen=True)
 class FedNL(NewtonHessians):
@@ -189,15 +202,8 @@ class FedNL(NewtonHessians):
             alpha, formula = fednl_alpha(delta=delta), "1 - sqrt(1 - delta)"
             inputs = {"delta": delta}
         params: dict[str, Any] = {"alpha": alpha}
-        if int(opts.get("option", 1)) == 1:
-            mu = opts.get("mu") or problem.consts.mu
-            if mu is None:
-                raise ValueError(
-                    "FedNL Option 1 projects onto {H >= mu I} and this problem does not know "
-                    "mu: give --mu or use --option 2"
-                )
-            params["mu"] = float(mu)
-            inputs["mu"] = float(mu)
+        if (mu := cls.projection_mu(problem, opts, "FedNL")) is not None:
+            params["mu"] = inputs["mu"] = mu
         return Theory(
             gamma=1.0,
             formula=f"1 (unit Newton step); alpha = {formula} at d(d+1)/2 = {D} entries",

@@ -127,14 +127,8 @@ class Newton3PC(NewtonHessians):
         inputs: dict[str, Any] = {"delta": delta, "entries": D, "A": A, "B": B}
         inputs["Phi_rate"] = newton_local_rate(A)
         params: dict[str, Any] = {}
-        if int(opts.get("option", 1)) == 1:
-            mu = opts.get("mu") or problem.consts.mu
-            if mu is None:
-                raise ValueError(
-                    "Newton-3PC Option 1 projects onto {H >= mu I} and this problem does not "
-                    "know mu: give --mu or use --option 2"
-                )
-            params["mu"] = inputs["mu"] = float(mu)
+        if (mu := cls.projection_mu(problem, opts, "Newton-3PC")) is not None:
+            params["mu"] = inputs["mu"] = mu
         ab = "CBAG: 1 - A = (1 - p delta)(1 + s)" if m == "cbag" else f"{m}: 3PC constants"
         return Theory(
             gamma=1.0,
