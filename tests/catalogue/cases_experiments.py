@@ -646,7 +646,7 @@ CASES: list[Case] = [
         REPRO,
         ["ef21-vs-ef", "--quick", "--out", "{tmp}/o"],
         code=0,
-        env={"COMPZOO_LIBSVM_DIR": "/nonexistent/libsvm"},
+        env={"COMPZOO_LIBSVM_DIR": "/nonexistent/libsvm", "COMPZOO_DATA": ""},
         message=r"ef21-vs-ef: skipped: the LIBSVM set\(s\) .* are not in /nonexistent/libsvm "
         r"\(set COMPZOO_LIBSVM_DIR",
     ),  # fmt: skip
