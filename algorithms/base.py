@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from algorithms.provenance import Provenance
 from comm import Comm
 from compressors import Compressor
 
@@ -198,9 +199,13 @@ class Theory:
     inputs: dict[str, Any]
     params: dict[str, Any] = field(default_factory=dict)
     source: str = ""
+    provenance: Provenance | None = None  # this regime's, where it differs from the class's
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        d = dataclasses.asdict(self)
+        if self.provenance is not None:
+            d["provenance"] = self.provenance.to_dict()
+        return d
 
 
 def check_choice(name: str, value: object, choices: tuple) -> None:
@@ -317,6 +322,9 @@ class Algorithm:
             declared with :func:`option` (a value outside an option's choices is refused by
             ``__post_init__``, naming its flag).
         reports: names of the extras ``step`` returns (history.csv columns).
+        provenance: where the default step comes from (:mod:`algorithms.provenance`: a
+            theorem, the authors' code, a derivation written here, another method's step, a
+            reconstruction, a practical default, or none); every registered method declares it.
     """
 
     compressor: Compressor
@@ -329,6 +337,7 @@ class Algorithm:
     stochastic: ClassVar[bool] = False
     options = _Options()  # (not a field: no annotation)
     reports: ClassVar[tuple[str, ...]] = ()
+    provenance: ClassVar[Provenance | None] = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.compressor, Compressor):
@@ -361,6 +370,13 @@ class Algorithm:
         raise NotImplementedError
 
     @classmethod
+    def practical(cls, problem, compressor: Compressor, opts: dict[str, Any]) -> Theory | None:
+        """A practical default step, for the few methods whose theorem's step is unusable in
+        practice (declared with ``provenance`` of kind ``practical``); None for the others,
+        whose default step is their theory step. ``--step theory`` always gives the theory's."""
+        return None
+
+    @classmethod
     def configure(
         cls,
         problem,
@@ -371,8 +387,11 @@ class Algorithm:
         force: bool = False,
         **opts: Any,
     ) -> tuple[Algorithm, dict[str, Any]]:
-        """Build the method for ``problem``: the step from theory (times ``step_mult``) or the
-        given float, the other parameters from theory unless given in ``opts``.
+        """Build the method for ``problem``: the step (times ``step_mult``) from theory
+        (``"theory"``), the method's default (``"default"``: its practical step where it
+        declares one, else the theory step) or the given float; the other parameters from
+        theory unless given in ``opts``. The record names the step's origin (``step_origin``)
+        and the declared provenance of the theory or practical step (``provenance``).
 
         Returns the method and a record for ``config.json``.
         """
@@ -406,16 +425,29 @@ class Algorithm:
             record.update(theory=th.to_dict(), gamma_theory=th.gamma)
         else:
             record.update(theory=None, theory_unavailable=why)
-        if step == "theory":
+        declared = (th.provenance if th is not None else None) or cls.provenance
+        if declared is not None:
+            record.update(provenance=declared.to_dict())
+        practical = cls.practical(problem, compressor, full) if step == "default" else None
+        if practical is not None:
+            # A practical default (the theorem's step is unusable); --step theory gives it.
+            gamma = practical.gamma * step_mult
+            record.update(practical=practical.to_dict(), step_origin="practical")
+            if practical.provenance is not None:
+                record.update(provenance=practical.provenance.to_dict())
+        elif step in ("theory", "default"):
+            record.update(step_origin="theory")
             if th is not None:
                 gamma = th.gamma * step_mult
             elif getattr(problem, "default_step", None) is not None:
                 # Deep nets have no smoothness constants: their documented default step.
                 gamma = problem.default_step * step_mult
                 record.update(step_source=f"problem default {problem.default_step} ({why})")
+                record.update(step_origin="problem default")
             else:
                 raise ValueError(why)
         else:
+            record.update(step_origin="given")
             gamma = float(step) * step_mult
             if not gamma > 0:
                 raise ValueError(f"step must be > 0, got {step} (times step-mult {step_mult})")

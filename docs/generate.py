@@ -143,12 +143,20 @@ def methods_page() -> str:
         f"`algorithms.run` (`quadratic`, {NODES} nodes, d = {problem.d}) with a compressor of "
         "the class the method needs (`algorithms.registry.usual_compressor`).",
         "",
-        "| name | class | compressor | summary |",
-        "|---|---|---|---|",
+        "The *step* column is the default step's provenance "
+        "(`algorithms/provenance.py`): `theorem` (a theorem of the method's paper), "
+        "`authors-code` (the authors' published code), `derived` (derived here; the derivation "
+        "is written where the entry says), `borrowed` (another method's step), `reconstruction` "
+        "(the paper's algorithm or theorem could not be read), `practical` (the theorem's step "
+        "is unusable; `--step theory` gives it), `none` (give `--step`).",
+        "",
+        "| name | class | compressor | step | summary |",
+        "|---|---|---|---|---|",
     ]
     for name, cls in entries:
+        kind = cls.provenance.kind if cls.provenance is not None else "undeclared"
         out.append(
-            f"| [`{name}`](#{_anchor(name)}) | `{cls.__name__}` | {cls.needs} | "
+            f"| [`{name}`](#{_anchor(name)}) | `{cls.__name__}` | {cls.needs} | {kind} | "
             f"{_cell(first_sentence(cls))} |"
         )
     if ALIASES:
@@ -165,6 +173,10 @@ def methods_page() -> str:
             out.append("- Stochastic: minibatches of `--batch-size`.")
         if cls.reports:
             out.append(f"- Reports: {', '.join(f'`{r}`' for r in cls.reports)}.")
+        pv = cls.provenance
+        if pv is not None:
+            where = f" (derivation: `{pv.where}`)" if pv.where else ""
+            out.append(f"- Default step's provenance: **{pv.kind}**: {_line(pv.ref)}{where}.")
         spec, theory = _theory_on_default(name, cls, problem, run_defaults)
         out.append(f"- Theory step (default problem, `{spec}`): {theory}")
         if cls.options:
@@ -266,11 +278,102 @@ def hooks_page() -> str:
 
 
 # --------------------------------------------------------------------------- the pages
+# ------------------------------------------------------------------------------ theory sheet
+def _regime_provenances(name: str, cls, problem) -> list[str]:
+    """Lines for the regimes whose step has a provenance of its own (EF21-HB's PL step)."""
+    from algorithms.registry import usual_compressor
+    from compressors import parse_spec
+
+    out = []
+    opt = cls.options.get("regime")
+    for regime in opt.choices if opt is not None else ():
+        try:
+            _, record = cls.configure(problem, parse_spec(usual_compressor(name)), regime=regime)
+        except ValueError:
+            continue
+        own = (record.get("theory") or {}).get("provenance")
+        if own and own != cls.provenance.to_dict():
+            where = f" (derivation: `{own['where']}`)" if own.get("where") else ""
+            out.append(f"- `--regime {regime}`: **{own['kind']}**: {_line(own['ref'])}{where}.")
+    return out
+
+
+def _docstring_body(obj) -> str:
+    """A docstring without its first paragraph (the update as implemented, the theory notes),
+    as Markdown: paragraphs kept, lines joined."""
+    doc = inspect.getdoc(obj) or ""
+    paras = [" ".join(p.split()) for p in doc.split("\n\n")[1:] if p.strip()]
+    return "\n\n".join(paras)
+
+
+def theory_page() -> str:
+    from algorithms.provenance import KINDS, derivation_text
+    from algorithms.registry import ALGORITHMS
+    from problems.registry import make_problem
+    from runner.cli import first_sentence
+    from runner.config import RunConfig
+    from theory_checks.catalogue import all_checks
+    from theory_checks.coverage import checks_of
+
+    run_defaults = {f.name: f.default for f in dataclasses.fields(RunConfig)}
+    problem = make_problem("quadratic", nodes=NODES)
+    checks = {c.name: c for c in all_checks()}
+    entries = _builtin(ALGORITHMS, "compzoo.algorithms")
+    out = [
+        "For every registered method: its update as implemented (the class docstring), its "
+        "default step with the step's provenance, the formula it evaluates on the default "
+        f"problem (`quadratic`, {NODES} nodes, d = {problem.d}), the theory checks that cover "
+        "it (the catalogue `theory_checks` runs one with `--only NAME`; `--power` runs each "
+        "check's broken variants, which it must reject), and for a `derived` step the "
+        "derivation as written in the code. Provenance kinds:",
+        "",
+        *[f"- `{kind}`: {text}." for kind, text in KINDS.items()],
+        "",
+        "| method | step provenance | checks |",
+        "|---|---|---|",
+    ]
+    for name, cls in entries:
+        kind = cls.provenance.kind if cls.provenance is not None else "undeclared"
+        n = len(checks_of(name))
+        out.append(f"| [`{name}`](#{_anchor(name)}) | {kind} | {n or 'none yet'} |")
+    for name, cls in entries:
+        out += ["", f"### {name}", "", f"{_where(cls)}. {_line(first_sentence(cls))}", ""]
+        body = _docstring_body(cls)
+        if body:
+            out += ["**Update and notes (as implemented).**", "", body, ""]
+        pv = cls.provenance
+        if pv is not None:
+            where = f" (derivation: `{pv.where}`)" if pv.where else ""
+            out.append(f"- Default step's provenance: **{pv.kind}**: {_line(pv.ref)}{where}.")
+        out += _regime_provenances(name, cls, problem)
+        spec, theory = _theory_on_default(name, cls, problem, run_defaults)
+        out.append(f"- Theory step (default problem, `{spec}`): {theory}")
+        names = checks_of(name)
+        if names:
+            out.append("- Checks:")
+            for check in names:
+                c = checks[check]
+                variants = ", ".join(f"`{v.name}`" for v in c.variants) or "none"
+                mode = "" if c.fast else " (not in the fast mode)"
+                out.append(
+                    f"  - `{check}`{mode}: {_line(c.paper)}; broken variants it rejects: "
+                    f"{variants}."
+                )
+        else:
+            out.append("- Checks: none yet.")
+        if pv is not None and pv.kind == "derived":
+            paras = inspect.cleandoc(derivation_text(pv.where)).split("\n\n")
+            text = "\n\n".join(" ".join(p.split()) for p in paras if p.strip())
+            out += ["", f"**Derivation** (`{pv.where}`, its docstring).", "", text]
+    return "\n".join(out) + "\n"
+
+
 PAGES: dict[str, tuple[str, Callable[[], str]]] = {
     "methods.md": ("# Methods", methods_page),
     "compressors.md": ("# Compressors", compressors_page),
     "problems.md": ("# Problems", problems_page),
     "hooks.md": ("# DDP communication hooks", hooks_page),
+    "theory.md": ("# Theory sheet", theory_page),
 }
 
 

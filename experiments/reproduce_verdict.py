@@ -13,7 +13,7 @@ from typing import Any
 from experiments.reproduce_config import Claim, Paper, _label
 from experiments.select import pool_seeds
 
-FINISHED = ("completed", "tolerance", "max_bits")
+FINISHED = ("completed", "stalled", "tolerance", "max_bits")
 UNFINISHED = ("failed", "interrupted", "write_failed")  # runs that did not end by themselves
 
 

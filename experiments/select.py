@@ -39,7 +39,7 @@ RESULT_COLUMNS = frozenset(
     {"run_id", "status", "error", "reason", "iters_run", "gamma", "gamma_theory", "bits_to_tol"}
     | set(HISTORY_COLUMNS)
 )
-FINISHED = ("completed", "tolerance", "max_bits")
+FINISHED = ("completed", "stalled", "tolerance", "max_bits")
 
 
 def bits_to_tol(rows: list[dict], metric: str, tol: float) -> float | None:

@@ -235,13 +235,15 @@ def _scalar_error(ns: argparse.Namespace) -> str | None:
         check_run_options(ns)
     except ValueError as e:
         return str(e)
-    if ns.step != "theory":  # as configure reads --step
+    from runner.config import STEP_CHOICES, STEP_WORDS
+
+    if ns.step not in STEP_WORDS:  # as configure reads --step
         try:
             step = float(ns.step)
         except ValueError:
             step = math.nan
         if not (step > 0 and math.isfinite(step)):
-            return f"--step must be 'theory' or a positive float, got {ns.step!r}"
+            return f"--step must be {STEP_CHOICES}, got {ns.step!r}"
     return None
 
 

@@ -128,7 +128,7 @@ def build_parser(
         prog="python -m algorithms.run",
         usage=f"python -m algorithms.run {name if cls is not None else 'ALGORITHM'} [options]",
         description="Run one communication-compressed method on one problem."
-        + (f" {name}: {first_sentence(cls)}" if cls is not None else ""),
+        + (f" {name}: {first_sentence(cls)} {provenance_text(cls)}" if cls is not None else ""),
         epilog=None if (cls is not None or every) else
         "A method's own options: python -m algorithms.run METHOD --help (e.g. ef21 --help); "
         "every method, compressor, problem and data set: python -m algorithms.run --list.",
@@ -166,6 +166,21 @@ def build_parser(
     return ap
 
 
+def provenance_text(cls) -> str:
+    """A method's default step and where it comes from, for its ``--help``."""
+    pv = cls.provenance
+    if pv is None:
+        return "Default step: provenance not declared."
+    if pv.kind == "none":
+        return f"Default step: none, give --step ({pv.ref})."
+    text = f"Default step ({pv.kind}): {pv.ref}"
+    if pv.where:
+        text += f"; derivation in {pv.where}"
+    if pv.kind == "practical":
+        text += "; --step theory gives the theorem's step"
+    return text + "."
+
+
 # Words that end in a full stop without ending the sentence.
 _ABBREVIATIONS = {"e.g", "i.e", "al", "alg", "def", "sec", "eq", "eqs", "cf", "vs", "thm", "fig",
                   "no", "resp", "etc", "approx", "prop", "lem", "cor", "ch"}  # fmt: skip
@@ -193,10 +208,13 @@ def list_everything() -> str:
     from problems import datasets
     from problems.registry import PROBLEMS
 
-    lines = ["algorithms:"]
+    lines = ["algorithms (the default step's provenance in brackets, see METHOD --help):"]
     for name, cls in ALGORITHMS.items():
         opts = ", ".join(f"--{(o.flag or k).replace('_', '-')}" for k, o in cls.options.items())
-        lines.append(f"  {name:16s} {first_sentence(cls)}" + (f"  [{opts}]" if opts else ""))
+        kind = cls.provenance.kind if cls.provenance is not None else "undeclared"
+        lines.append(
+            f"  {name:16s} [{kind}] {first_sentence(cls)}" + (f"  [{opts}]" if opts else "")
+        )
     for alias, target in ALIASES.items():
         lines.append(f"  {alias:16s} alias of {target}")
     lines.append("compressors:")

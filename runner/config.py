@@ -63,6 +63,11 @@ def run_field(
     return field(default=default, metadata=meta)
 
 
+# The words --step takes besides a positive float.
+STEP_WORDS = ("default", "theory")
+STEP_CHOICES = "'default', 'theory' or a positive float"
+
+
 @dataclass
 class RunConfig:
     """One run (see the module docstring). Attribute names are the flags' (``lam`` is
@@ -73,7 +78,12 @@ class RunConfig:
                            group="")  # fmt: skip
     compressor: str = run_field("identity", "compressor SPEC, e.g. topk:k=10", group="method")
     down_compressor: str | None = run_field(None, "downlink SPEC (bidirectional)", group="method")
-    step: str = run_field("theory", "'theory' or a positive float", group="method")
+    step: str = run_field(
+        "default",
+        "'default' (the method's default step: its theory step, or a labelled practical one "
+        "where the theorem's is unusable; see METHOD --help), 'theory' or a positive float",
+        group="method",
+    )
     step_mult: float = run_field(1.0, "multiplies the step", group="method", kind=float)
     force_compressor: bool = run_field(
         False, "accept a compressor outside the class the method's theory assumes",

@@ -23,6 +23,7 @@ class History:
 
     Attributes:
         f_logged: every ``f`` logged so far (the stability verdict reads its start and best).
+        g_logged: every ``grad_norm_sq`` logged so far (the stall verdict reads it).
         rows: every row logged, when ``keep`` (the Python API's in-memory history), else None.
         error: the :class:`WriteFailed` that stopped the writing, or None.
     """
@@ -32,7 +33,8 @@ class History:
     ) -> None:
         self.path = Path(path)
         self.columns = columns
-        self.f_logged = _logged_f(path) if append else []
+        self.f_logged = _logged(path, "f") if append else []
+        self.g_logged = _logged(path, "grad_norm_sq") if append else []
         self.rows: list[dict[str, Any]] | None = [] if keep else None  # in memory, when kept
         self.error: WriteFailed | None = None
         self._fh = None
@@ -46,6 +48,7 @@ class History:
 
     def add(self, row: dict[str, Any]) -> None:
         self.f_logged.append(row["f"])
+        self.g_logged.append(row["grad_norm_sq"])
         if self.rows is not None:
             self.rows.append(dict(row))
         if self._fh is None or self.error is not None:
@@ -83,10 +86,10 @@ def _line(cells: list[str]) -> bytes:
     return buf.getvalue().encode()
 
 
-def _logged_f(path: Path) -> list[float]:
-    """The ``f`` column already in a resumed run's history."""
+def _logged(path: Path, column: str) -> list[float]:
+    """A column (``f``, ``grad_norm_sq``) already in a resumed run's history."""
     try:
         with open(path, newline="") as fh:
-            return [float(r["f"]) for r in csv.DictReader(fh) if r.get("f")]
+            return [float(r[column]) for r in csv.DictReader(fh) if r.get(column)]
     except (OSError, ValueError, KeyError):
         return []

@@ -46,7 +46,7 @@ from runner.history import History
 from runner.report import resume_command, summary_text
 from runner.resolve import versions
 from runner.signals import WRITE_FAILED, Interrupted, StopSignals
-from runner.stability import objective_verdict
+from runner.stability import objective_verdict, stall_verdict
 
 log = logging.getLogger("compzoo.run")
 
@@ -303,12 +303,17 @@ def _execute(algo, problem, config, args, out, comm, is_writer, stop, keep, anno
         bar.close()
         failed = failed or history.error
     unstable = None
+    eps = torch.finfo(problem.x0.dtype).eps if problem.x0.is_floating_point() else 0.0
     if reason in ("completed", "tolerance", "max_bits"):
-        eps = torch.finfo(problem.x0.dtype).eps if problem.x0.is_floating_point() else 0.0
         unstable = objective_verdict(history.f_logged, f_star, eps)
         if unstable is not None:
             reason = "unstable"
             log.warning("run is unstable: f %s", unstable)
+    stalled = None
+    if reason == "completed":
+        stalled = stall_verdict(history.f_logged, history.g_logged, f_star, eps, t)
+        if stalled is not None:
+            reason = "stalled"
     if failed is not None:
         # The history misses rows, so no newer checkpoint: the last complete one is kept.
         reason, signum = "write_failed", 0
@@ -321,6 +326,7 @@ def _execute(algo, problem, config, args, out, comm, is_writer, stop, keep, anno
     summary = {
         "reason": reason,
         **({"unstable": f"f - f_inf {unstable}"} if unstable is not None else {}),
+        **({"stalled": stalled} if stalled is not None else {}),
         **({"signal": signal.Signals(signum).name} if signum else {}),
         "iters": t,
         "final": {k: last.get(k) for k in HISTORY_COLUMNS},

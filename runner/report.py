@@ -13,17 +13,26 @@ def resume_command(out: Path, world: int | None) -> str:
 
 
 def step_text(config: dict, gamma: float) -> str:
-    """The step and where it came from: the user's ``--step``, the theory, or the problem's
-    documented default (deep nets, which have no smoothness constants)."""
+    """The step and where it came from: the user's ``--step``, the theory (with the
+    provenance the method declares for it), a method's labelled practical default, or the
+    problem's documented default (deep nets, which have no smoothness constants)."""
     step = config["step"]
     th, mult = step.get("theory") or {}, step.get("step_mult", 1.0)
     given = config["args"].get("step", "theory")
     times = f" x --step-mult {mult:g}" if mult != 1 else ""
-    if given != "theory":
+    prov = step.get("provenance")
+    origin = f"; provenance {prov['kind']}: {prov['ref']}" if prov else ""
+    if given not in ("theory", "default"):
         return f"  step {gamma:.6g} (given: --step {given}{times})"
+    if step.get("step_origin") == "practical":
+        pr = step["practical"]
+        return (
+            f"  step {gamma:.6g} = {mult:g} x {pr['formula']}{origin}; the theorem's step: "
+            "--step theory"
+        )
     if th:
-        src = f" [{th['source']}]" if th.get("source") else ""
-        return f"  step {gamma:.6g} = {mult:g} x theory {th['formula']}{src}"
+        src = f" [{th['source']}]" if th.get("source") and not prov else ""
+        return f"  step {gamma:.6g} = {mult:g} x theory {th['formula']}{src}{origin}"
     source = step.get("step_source") or "no theory step"
     return f"  step {gamma:.6g} = {mult:g} x {source}"
 
@@ -41,6 +50,13 @@ def summary_text(config: dict, s: dict) -> str:
         f"  bits per node: up {fin['bits_up']:.6g} (max {fin['bits_up_max']:.6g}), "
         f"down {fin['bits_down']:.6g}",
         step_text(config, s["gamma"]),
+    ]
+    if s.get("stalled"):
+        lines.append(
+            f"  stalled: {s['stalled']}; the step {s['gamma']:.6g} is too small for this "
+            "run: raise it with --step-mult (e.g. --step-mult 10) or give --step FLOAT"
+        )
+    lines += [
         f"  results in {s['out']}",
     ]
     return "\n".join(lines)

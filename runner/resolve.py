@@ -19,7 +19,7 @@ from algorithms.registry import get_algorithm
 from compressors import Blockwise, Compressor, parse_spec
 from runner.cli import check_run_options, own_flags, parse_knobs
 from runner.common import BadInput
-from runner.config import RunConfig
+from runner.config import STEP_CHOICES, STEP_WORDS, RunConfig
 
 
 def check_device(device: str) -> None:
@@ -89,15 +89,13 @@ def configure(
     if args.log_every is None:
         args.log_every = max(1, args.iters // 1000)
     step: str | float = args.step
-    if step != "theory":
+    if step not in STEP_WORDS:
         try:
             step = float(step)
         except ValueError:
-            raise BadInput(
-                f"--step must be 'theory' or a positive float, got {args.step!r}"
-            ) from None
+            raise BadInput(f"--step must be {STEP_CHOICES}, got {args.step!r}") from None
         if not step > 0 or not math.isfinite(step):
-            raise BadInput(f"--step must be 'theory' or a positive float, got {args.step!r}")
+            raise BadInput(f"--step must be {STEP_CHOICES}, got {args.step!r}")
     check_device(args.device)
     knobs = parse_knobs(args.problem, args.problem_opt) if "problem" not in objects else {}
     problem = objects.get("problem") or make_problem(

@@ -63,3 +63,47 @@ def objective_verdict(
     if f_star is not None:
         return verdict([f - f_star for f in fs], floor, factor)
     return verdict(fs, floor, factor, ratio=min(fs) >= 0)
+
+
+# ------------------------------------------------------------------------------ stalled runs
+STALL_FRACTION = 0.5
+STALL_MIN_ITERS = 100
+
+
+def stall_verdict(
+    f_values: Sequence[float],
+    g_values: Sequence[float],
+    f_star: float | None,
+    eps: float,
+    iters: int,
+) -> str | None:
+    """Why a run that used all its iterations counts as *stalled*, or ``None``.
+
+    A run of at least :data:`STALL_MIN_ITERS` iterations is stalled when neither the gap
+    ``f - f_inf`` nor the squared gradient norm ``||grad f||^2`` ever fell to
+    :data:`STALL_FRACTION` (half) of its value at the start: the best logged value of each is
+    compared with the first. ``f_inf`` is ``f_star`` where the problem knows it, else 0 while
+    every logged ``f >= 0`` (a loss: ``f`` halving is movement); with ``f_star`` unknown and a
+    negative ``f``, only the gradient norm is tested. A quantity that starts at rounding level
+    (``1000 eps max(1, |f_0|)``, or 0 for the gradient) cannot stall. A stalled run's results
+    are kept and the exit status is 0: the verdict says that its step is too small for its
+    iteration budget (raise ``--step-mult`` or give ``--step``), not that anything failed.
+    """
+    if iters < STALL_MIN_ITERS:
+        return None
+    fs = [float(v) for v in f_values if v is not None and math.isfinite(float(v))]
+    gs = [float(v) for v in g_values if v is not None and math.isfinite(float(v))]
+    if len(fs) < 2 or len(gs) < 2:
+        return None
+    floor = 1000.0 * eps * max(1.0, abs(fs[0]), abs(f_star) if f_star is not None else 0.0)
+    parts = []
+    if f_star is not None or min(fs) >= 0:
+        f_inf, name = (f_star, "f - f*") if f_star is not None else (0.0, "f")
+        gaps = [f - f_inf for f in fs]
+        if gaps[0] <= floor or min(gaps) <= STALL_FRACTION * gaps[0]:
+            return None
+        parts.append(f"{name} {gaps[0]:.4g} -> best {min(gaps):.4g}")
+    if gs[0] <= 0 or min(gs) <= STALL_FRACTION * gs[0]:
+        return None
+    parts.append(f"||grad f||^2 {gs[0]:.4g} -> best {min(gs):.4g}")
+    return f"{' and '.join(parts)} in {iters} iterations: neither halved"

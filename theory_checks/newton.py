@@ -114,7 +114,7 @@ def _fednl(fast: bool, variant: str | None = None) -> list[Outcome]:
     runs = {}
     for name in ("topk", "randk"):
         spec = parse_spec(f"{name}:k={3 * d}")
-        opts = {}
+        opts: dict = {"option": 1}  # the paper's local setting (the method's default is 2)
         if variant == "alpha=0":
             opts["alpha"] = 0.0
         if variant == "randk-alpha=1" and name == "randk":

@@ -7,9 +7,11 @@ from typing import ClassVar
 
 import torch
 
+from algorithms import provenance as pv
 from algorithms import stepsizes
 from algorithms.absolute.ec_sgd import SOURCE, ECState, ec_send, ec_theory
 from algorithms.base import Algorithm, Theory, check_count, check_unit, option
+from algorithms.provenance import Provenance
 from algorithms.stepsizes.absolute import lsvrg_p
 from algorithms.vr.vr_common import samples_per_node
 from comm.base import Comm
@@ -63,6 +65,12 @@ class ECLSVRG(Algorithm):
     needs: ClassVar[str] = "absolute"
     stochastic: ClassVar[bool] = True
     reports: ClassVar[tuple[str, ...]] = ("E",)
+    provenance: ClassVar[Provenance] = pv.derived(
+        "algorithms.stepsizes.absolute:ec_lsvrg",
+        "the perturbed-iterate bound with the loopless-SVRG estimator and its Lyapunov term "
+        "(strongly convex f); the constants of Danilova & Gorbunov 2022, arXiv 2203.02383 were "
+        "not read",
+    )
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:

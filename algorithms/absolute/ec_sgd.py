@@ -7,6 +7,7 @@ from typing import ClassVar
 
 import torch
 
+from algorithms import provenance as pv
 from algorithms import stepsizes
 from algorithms.base import (
     Algorithm,
@@ -15,6 +16,7 @@ from algorithms.base import (
     minibatch,
     minibatch_option,
 )
+from algorithms.provenance import Provenance
 from algorithms.vr.vr_common import need
 from comm.base import Comm
 from comm.error_feedback import compensate_, ef14_send
@@ -87,6 +89,12 @@ class ECSGD(Algorithm):
     needs: ClassVar[str] = "absolute"
     stochastic: ClassVar[bool] = True
     reports: ClassVar[tuple[str, ...]] = ("E",)
+    provenance: ClassVar[Provenance] = pv.derived(
+        "algorithms.stepsizes.absolute:ec_sgd",
+        "a perturbed-iterate bound for error compensation with an absolute compressor "
+        "(strongly convex f); the constants of Danilova & Gorbunov 2022, arXiv 2203.02383 were "
+        "not read",
+    )
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:

@@ -8,6 +8,7 @@ from typing import ClassVar
 
 import torch
 
+from algorithms import provenance as pv
 from algorithms.base import Algorithm, State, Theory
 from algorithms.bidirectional.bidirectional_common import (
     artemis_theory,
@@ -20,6 +21,7 @@ from algorithms.bidirectional.bidirectional_common import (
     participation_option,
     uplink_with_memory,
 )
+from algorithms.provenance import Provenance
 from algorithms.stepsizes import bidirectional as steps
 from algorithms.vr.vr_common import effective_omega
 from comm.base import Comm
@@ -77,6 +79,13 @@ class Artemis(Algorithm):
     down_needs: ClassVar[str | None] = "unbiased"
     down_like_up: ClassVar[bool] = True
     reports: ClassVar[tuple[str, ...]] = ("H", "participants")
+    provenance: ClassVar[Provenance] = pv.derived(
+        "algorithms.stepsizes.bidirectional:artemis",
+        "the shape of Thm 1 of Philippenko & Dieuleveut 2020, arXiv 2006.14591, as recalled "
+        "(not checked against its text), shown safe here by DIANA's Lyapunov argument with "
+        "partial participation and downlink compression; memory rate 1/(2(omega_up + 1)) as "
+        "the authors' code",
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -7,6 +7,7 @@ from typing import ClassVar
 
 import torch
 
+from algorithms import provenance as pv
 from algorithms.base import Algorithm, State, Theory, check_unit, option
 from algorithms.bidirectional.bidirectional_common import (
     down_omega,
@@ -16,6 +17,7 @@ from algorithms.bidirectional.bidirectional_common import (
     memory_step_option,
     uplink_with_memory,
 )
+from algorithms.provenance import Provenance
 from algorithms.stepsizes import bidirectional as steps
 from algorithms.vr.vr_common import effective_omega, need, need_unbiased
 from comm.base import Comm
@@ -81,6 +83,13 @@ class DORE(Algorithm):
     down_needs: ClassVar[str | None] = "unbiased"
     down_like_up: ClassVar[bool] = True
     reports: ClassVar[tuple[str, ...]] = ("H", "E")
+    provenance: ClassVar[Provenance] = pv.theorem(
+        "Liu, Li, Tang & Yan 2019, arXiv 1910.07561, Theorem 1 (strongly convex): gamma the "
+        "midpoint of its interval, eta = min(eta_1, eta_2), alpha = beta = 1/(2(omega + 1)), "
+        "as the FedNL-Public reimplementation takes them (Rustem-Islamov/FedNL-Public "
+        "methods.py, class DORE); the paper's single C_q is split into the up- and downlink's "
+        "omega"
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()

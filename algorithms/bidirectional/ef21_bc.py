@@ -7,6 +7,7 @@ from typing import ClassVar
 
 import torch
 
+from algorithms import provenance as pv
 from algorithms import stepsizes
 from algorithms.base import (
     Algorithm,
@@ -16,6 +17,7 @@ from algorithms.base import (
     regime_option,
 )
 from algorithms.ef.ef21 import ef21_init_option, ef21_update
+from algorithms.provenance import Provenance
 from comm.base import Comm
 from compressors import Compressor
 from compressors.identity import Identity
@@ -65,6 +67,12 @@ class EF21BC(Algorithm):
     needs: ClassVar[str] = "contractive"
     down_needs: ClassVar[str | None] = "contractive"
     reports: ClassVar[tuple[str, ...]] = ("G", "G_down")
+    provenance: ClassVar[Provenance] = pv.derived(
+        "algorithms.stepsizes.ef21_variants:ef21_bc",
+        "EF21's Lyapunov argument with an uplink and a downlink estimator error (nonconvex and "
+        "PL); the Appendix G constants of Fatkhullin et al. 2021, arXiv 2110.03294 were not "
+        "available; alpha_M = 1 gives EF21's step",
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -9,6 +9,7 @@ from typing import ClassVar
 
 import torch
 
+from algorithms import provenance as pv
 from algorithms.base import Algorithm, State, Theory, option
 from algorithms.bidirectional.bidirectional_common import (
     artemis_theory,
@@ -22,6 +23,7 @@ from algorithms.bidirectional.bidirectional_common import (
     participation_option,
     uplink_with_memory,
 )
+from algorithms.provenance import Provenance
 from algorithms.stepsizes import bidirectional as steps
 from algorithms.vr.vr_common import effective_omega
 from comm.base import Comm
@@ -90,6 +92,13 @@ class MCM(Algorithm):
     down_needs: ClassVar[str | None] = "unbiased"
     down_like_up: ClassVar[bool] = True
     reports: ClassVar[tuple[str, ...]] = ("H", "P", "participants")
+    provenance: ClassVar[Provenance] = pv.borrowed(
+        "Artemis",
+        "MCM's own theorem (Philippenko & Dieuleveut 2021, arXiv 2102.12528) was not "
+        "available; Artemis's step is used as a conservative stand-in (not derived for MCM, "
+        "whose point is a rate free of omega_dwn in its leading term); memory rates "
+        "1/(2(omega + 1)) as the authors' code",
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -8,7 +8,9 @@ from typing import ClassVar
 
 import torch
 
+from algorithms import provenance as pv
 from algorithms.base import State, Theory, check_count, check_unit, option
+from algorithms.provenance import Provenance
 from algorithms.robust.options import (
     BYZ_REPORTS,
     ByzantineAlgorithm,
@@ -85,6 +87,13 @@ class ByzDASHAPAGE(ByzantineAlgorithm):
     needs: ClassVar[str] = "unbiased"
     stochastic: ClassVar[bool] = True
     reports: ClassVar[tuple[str, ...]] = ("sync", *BYZ_REPORTS)
+    provenance: ClassVar[Provenance] = pv.authors_code(
+        "Nikosimus/CC-for-BR-Learning",
+        "Experiments.ipynb, R_dp, mom and p_d",
+        "the coauthors' notebook for Rammal et al. 2024, arXiv 2310.09804, with the "
+        "mean-square calL in place of their worst per-sample L_ij; the theorem itself could "
+        "not be read",
+    )
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:

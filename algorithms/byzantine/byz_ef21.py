@@ -7,7 +7,9 @@ from typing import ClassVar
 
 import torch
 
+from algorithms import provenance as pv
 from algorithms.base import State, Theory
+from algorithms.provenance import Provenance
 from algorithms.robust.options import (
     BYZ_REPORTS,
     ByzantineAlgorithm,
@@ -55,6 +57,12 @@ class ByzEF21(ByzantineAlgorithm):
 
     needs: ClassVar[str] = "contractive"
     reports: ClassVar[tuple[str, ...]] = BYZ_REPORTS
+    provenance: ClassVar[Provenance] = pv.authors_code(
+        "Nikosimus/CC-for-BR-Learning",
+        "Experiments.ipynb, gamma_th_ef_f",
+        "the coauthors' notebook for Rammal, Gruntkowska, Fedin, Gorbunov & Richtárik 2024, "
+        "arXiv 2310.09804; the theorem itself could not be read",
+    )
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:

@@ -7,7 +7,9 @@ from typing import ClassVar
 
 import torch
 
+from algorithms import provenance as pv
 from algorithms.base import State, Theory, check_count, check_unit, option
+from algorithms.provenance import Provenance
 from algorithms.robust.options import (
     BYZ_REPORTS,
     ByzantineAlgorithm,
@@ -78,6 +80,11 @@ class ByzVRMARINA(ByzantineAlgorithm):
     needs: ClassVar[str] = "unbiased"
     stochastic: ClassVar[bool] = True
     reports: ClassVar[tuple[str, ...]] = ("sync", *BYZ_REPORTS)
+    provenance: ClassVar[Provenance] = pv.theorem(
+        "Gorbunov, Horváth, Richtárik & Gidel 2022, arXiv 2206.00529, Theorem 2.1 "
+        "(nonconvex): gamma = 1/(L + sqrt(A)), A as recalled, the statement not read here "
+        "[U]; p as VR-MARINA (arXiv 2102.07845, Cor. 3.1)"
+    )
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:

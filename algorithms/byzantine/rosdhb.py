@@ -8,7 +8,9 @@ from typing import ClassVar
 
 import torch
 
+from algorithms import provenance as pv
 from algorithms.base import State, Theory, minibatch_option, option
+from algorithms.provenance import Provenance
 from algorithms.robust.options import BYZ_REPORTS, ByzantineAlgorithm
 from comm.base import Comm
 from streams import tags
@@ -51,6 +53,10 @@ class RoSDHB(ByzantineAlgorithm):
 
     needs: ClassVar[str] = "unbiased"
     reports: ClassVar[tuple[str, ...]] = BYZ_REPORTS
+    provenance: ClassVar[Provenance] = pv.no_step(
+        "RoSDHB's theoretical step (Gupta, Honsell, Xu, Gupta & Neglia, arXiv 2508.17129) is "
+        "not implemented: give --step (the authors' MNIST runs use 0.8 with beta 0.9)"
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -9,6 +9,7 @@ from typing import ClassVar
 
 import torch
 
+from algorithms import provenance as pv
 from algorithms import stepsizes
 from algorithms.base import (
     Algorithm,
@@ -19,6 +20,7 @@ from algorithms.base import (
     regime_option,
 )
 from algorithms.ef.ef21 import ef21_init_option
+from algorithms.provenance import Provenance
 from comm.base import Comm
 from compressors import Compressor, parse_spec
 from streams import tags
@@ -52,7 +54,22 @@ def adaptive(h, y, x, coarse, C: Compressor, zeta: float, comm: Comm, t: int):
     """The mechanism ``C^AC_{h,y}(x)`` over rows (see :class:`AdaCGD`): ``(delta_i, nbits,
     level)``, the increment ``C^AC(x) - h`` the server adds, each row's bits (payload and
     outcome flag) and its outcome (0 skip, ``j`` the coarse level ``j``, ``len(coarse) + 1``
-    the finest level ``C``)."""
+    the finest level ``C``).
+
+    Derivation (``C^AC`` is a 3PC(A, B) with CLAG's constants at the finest level, the
+    constants :class:`AdaCGD`'s theory uses; the paper's own lemma was not read): a 3PC(A, B)
+    needs ``E||C^AC_{h,y}(x) - x||^2 <= (1 - A)||h - y||^2 + B ||x - y||^2``. Which outcome
+    is taken depends on the skip test and the coarse levels' draws only; the finest level
+    draws from its own stream, independent of them. A skip or a coarse level is taken only
+    when its error ``||h + C_j(x - h) - x||^2`` (``C_0 = 0``) is at most ``zeta ||x - y||^2``;
+    otherwise the finest level's conditional error is EF21's, ``E||h + C(x - h) - x||^2 <=
+    (1 - delta_m)||x - h||^2 <= (1 - delta_m)(1 + s)||h - y||^2 + (1 - delta_m)(1 + 1/s)
+    ||x - y||^2``. The expectation is at most the larger of the two bounds, so at EF21's
+    ``s = 1/sqrt(1 - delta_m) - 1``: ``A = theta = 1 - sqrt(1 - delta_m)``,
+    ``B = max(zeta, beta)``, ``beta = (1 - delta_m)/theta``
+    (:func:`algorithms.stepsizes.three_pc_AB` with ``clag``). The 3PC theorems of arXiv
+    2202.00998 then give ``1/(L + L_tilde sqrt(B/A))`` (nonconvex) and
+    ``min(1/(L + L_tilde sqrt(2B/A)), A/(2 mu))`` (PL)."""
     r = x - h
     threshold = zeta * ((x - y) ** 2).sum(dim=1)
     packet = C.encode(r, comm.rng_for(C, t))
@@ -117,6 +134,12 @@ class AdaCGD(Algorithm):
 
     needs: ClassVar[str] = "contractive"
     reports: ClassVar[tuple[str, ...]] = ("G", "level")
+    provenance: ClassVar[Provenance] = pv.derived(
+        "algorithms.ef.adacgd:adaptive",
+        "the 3PC theorems' step (Richtárik et al. 2022, arXiv 2202.00998) with (A, B) derived "
+        "here for AdaCGD's adaptive mechanism: CLAG's constants at the finest level; the lemma "
+        "and algorithm box of Makarenko et al. 2022, arXiv 2211.00188 were not read",
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()

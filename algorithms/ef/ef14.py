@@ -7,6 +7,7 @@ from typing import ClassVar
 
 import torch
 
+from algorithms import provenance as pv
 from algorithms.base import (
     Algorithm,
     State,
@@ -16,6 +17,7 @@ from algorithms.base import (
     regime_option,
 )
 from algorithms.ef.ef21 import ef21_theory
+from algorithms.provenance import Provenance
 from comm.base import Comm
 from comm.error_feedback import compensate_, ef14_send
 from streams import tags
@@ -58,6 +60,12 @@ class EF14(Algorithm):
     needs: ClassVar[str] = "contractive"
     stochastic: ClassVar[bool] = True
     reports: ClassVar[tuple[str, ...]] = ("E",)
+    provenance: ClassVar[Provenance] = pv.borrowed(
+        "EF21",
+        "EF14 has no full-gradient theorem comparable with EF21's, so, as in the EF21 "
+        "experiments (arXiv 2106.05203), EF21's Theorem 1 step (Theorem 2 with --regime pl) "
+        "for the same delta",
+    )
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:

@@ -7,6 +7,7 @@ from typing import ClassVar
 
 import torch
 
+from algorithms import provenance as pv
 from algorithms import stepsizes
 from algorithms.base import (
     Algorithm,
@@ -16,6 +17,7 @@ from algorithms.base import (
     option,
     regime_option,
 )
+from algorithms.provenance import Provenance
 from comm.base import Comm
 from comm.error_feedback import ef21_update  # noqa: F401  (its variants import it here)
 
@@ -113,6 +115,10 @@ class EF21(EF21Base):
 
     needs: ClassVar[str] = "contractive"
     reports: ClassVar[tuple[str, ...]] = ("G",)
+    provenance: ClassVar[Provenance] = pv.theorem(
+        "Richtárik, Sokolov & Fatkhullin 2021, arXiv 2106.05203, Theorem 1 (nonconvex) and "
+        "Theorem 2 (PL)"
+    )
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:

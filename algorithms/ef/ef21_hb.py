@@ -7,10 +7,19 @@ from typing import ClassVar
 
 import torch
 
+from algorithms import provenance as pv
 from algorithms import stepsizes
 from algorithms.base import Algorithm, State, Theory, initial_estimator, option, regime_option
 from algorithms.ef.ef21 import ef21_init_option, ef21_theory, ef21_update
+from algorithms.provenance import Provenance
 from comm.base import Comm
+
+PL_PROVENANCE = pv.borrowed(
+    "EF21",
+    "Theorem 2's PL step (arXiv 2106.05203) times (1 - eta); Fatkhullin et al. 2021 (arXiv "
+    "2110.03294) state no PL result for EF21-HB, so nothing but EF21's PL analysis stands "
+    "behind this step",
+)
 
 
 @dataclass(frozen=True)
@@ -48,6 +57,13 @@ class EF21HB(Algorithm):
 
     needs: ClassVar[str] = "contractive"
     reports: ClassVar[tuple[str, ...]] = ("G",)
+    provenance: ClassVar[Provenance] = pv.borrowed(
+        "EF21",
+        "Theorem 1's nonconvex step (arXiv 2106.05203) times (1 - eta), which keeps heavy "
+        "ball's effective step gamma/(1 - eta) at it; EF21-HB's own theorem constants (arXiv "
+        "2110.03294, Appendix H) could not be established here, and the authors' experiments "
+        "use EF21's step unscaled",
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -66,6 +82,7 @@ class EF21HB(Algorithm):
             "a deviation: EF21-HB's own theorem constants are not established here)",
             inputs={**th.inputs, "eta": eta},
             source=th.source + "; EF21-HB: Fatkhullin et al. 2021, arXiv 2110.03294, Alg. 6",
+            provenance=None if mu is None else PL_PROVENANCE,
         )
 
     def init(self, x0, problem, comm: Comm) -> EF21HBState:

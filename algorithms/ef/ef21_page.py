@@ -9,9 +9,11 @@ from typing import ClassVar
 
 import torch
 
+from algorithms import provenance as pv
 from algorithms import stepsizes
 from algorithms.base import Theory, check_count, check_unit, option, regime_option
 from algorithms.ef.ef21 import EF21Base, EF21State, borrowed_ef21_theory, ef21_update
+from algorithms.provenance import Provenance
 from algorithms.vr.vr_common import (
     need,
     resolved,
@@ -23,6 +25,11 @@ from streams import tags
 
 COINS = ("node", "shared")
 PAGE_STEPS = ("authors", "derived")
+DERIVED = pv.derived(
+    "algorithms.ef.ef21_page:derived_step",
+    "--page-step derived, a deviation: EF21's and PAGE's Lyapunov arguments combined for "
+    "EF21-PAGE (nonconvex), accounting for the minibatch noise; not the paper's theorem",
+)
 
 
 def derived_step(L: float, L_tilde: float, calL: float, alpha: float, p: float, tau: int) -> float:
@@ -31,15 +38,22 @@ def derived_step(L: float, L_tilde: float, calL: float, alpha: float, p: float, 
     L_tilde calL) + sqrt((1-p)/(p tau)) calL)``, with EF21's ``theta``, ``beta`` and ``calL``
     the mean-square per-sample smoothness (B&W Assumption 3 with ``calL_i``).
 
-    From the Lyapunov function ``f - f_inf + a G + b P``, ``G = mean ||g_i - v_i||^2``,
-    ``P = mean ||v_i - grad f_i||^2`` (zero at the start, ``v_i^0 = grad f_i(x^0)``): EF21's
-    descent lemma with ``||g_i - grad f_i||^2 <= (1+w) G_i + (1+1/w) P_i``, the contraction
-    ``E G+ <= (1-theta) G + beta E||v_i+ - v_i||^2``, ``E P+ <= (1-p)(P + calL^2 R/tau)``
-    (``R = ||x+ - x||^2``) and ``E||v_i+ - v_i||^2 <= p((1+u) L_i^2 R + (1+1/u) P_i) +
-    (1-p)(L_i^2 + calL_i^2/tau) R``; the best Young parameters ``u``, ``w`` give the formula,
-    and ``E||grad f(x^)||^2 <= 2 (Delta0 + a G^0)/(gamma T)`` with ``a = gamma(1+w)/(2 theta)``.
-    ``p = 1`` gives EF21's Theorem 1 step; no compression (``beta = 0``) gives PAGE's
-    ``1/(L + calL sqrt((1-p)/(p tau)))`` (Li et al. 2021, arXiv 2008.10898)."""
+    Derivation: from the Lyapunov function ``f - f_inf + a G + b P``, ``G = mean_i ||g_i -
+    v_i||^2``, ``P = mean_i ||v_i - grad f_i||^2`` (zero at the start, ``v_i^0 = grad
+    f_i(x^0)``), ``R = ||x+ - x||^2``: EF21's descent lemma with ``||g_i - grad f_i||^2 <=
+    (1+w) G_i + (1+1/w) P_i``, the contraction ``E G+ <= (1-theta) G + beta E||v_i+ -
+    v_i||^2``, ``E P+ <= (1-p)(P + calL^2 R/tau)`` and ``E||v_i+ - v_i||^2 <= p((1+u) L_i^2 R
+    + (1+1/u) P_i) + (1-p)(L_i^2 + calL_i^2/tau) R``. ``a = gamma (1+w)/(2 theta)`` cancels
+    the ``G`` terms and ``b = (gamma (1+1/w)/2 + a beta p (1+1/u))/p`` the ``P`` terms; the
+    ``R`` terms are then ``<= 0`` when ``1/gamma^2 - L/gamma >= (1+w) X(u) + (1+1/w) Y`` with
+    ``X(u) = (beta/theta)(L_tilde^2 + p u L_tilde^2 + (1-p)(2 + 1/u) calL^2/tau)`` and
+    ``Y = (1-p) calL^2/(p tau)``. The best ``u = sqrt((1-p)/(p tau)) calL/L_tilde`` makes
+    ``X = (beta/theta)(L_tilde^2 + 2(1-p) calL^2/tau + 2 sqrt(p(1-p)/tau) L_tilde calL)``, the
+    best ``w`` makes the right side ``(sqrt(X) + sqrt(Y))^2``, and ``gamma <= 1/(L + sqrt(X) +
+    sqrt(Y))`` (the formula) gives ``1/gamma^2 - L/gamma >= (sqrt(X) + sqrt(Y))^2``. Then
+    ``E||grad f(x^)||^2 <= 2 (Delta0 + a G^0)/(gamma T)``. ``p = 1`` gives EF21's Theorem 1
+    step; no compression (``beta = 0``) gives PAGE's ``1/(L + calL sqrt((1-p)/(p tau)))`` (Li
+    et al. 2021, arXiv 2008.10898)."""
     theta, beta = stepsizes.ef21_theta_beta(alpha)
     q = 1.0 - p
     inner = L_tilde**2 + 2.0 * q * calL**2 / tau + 2.0 * math.sqrt(p * q / tau) * L_tilde * calL
@@ -116,6 +130,14 @@ class EF21PAGE(EF21Base):
     needs: ClassVar[str] = "contractive"
     stochastic: ClassVar[bool] = True
     reports: ClassVar[tuple[str, ...]] = ("G", "sync")
+    provenance: ClassVar[Provenance] = pv.borrowed(
+        "EF21",
+        "Theorem 1's step (Theorem 2 under PL) of arXiv 2106.05203, as the authors' code uses "
+        "it for EF21-PAGE (IgorSokoloff/ef21_b-w_experiements_source_code, Logistic "
+        "regression/ef21_page.py, times a tuned factor; p as that code); it ignores the "
+        "minibatch noise; the paper's EF21-PAGE theorem (arXiv 2110.03294, Appendix E) was "
+        "not read",
+    )
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:
@@ -136,6 +158,7 @@ class EF21PAGE(EF21Base):
             params={"p": p},
             source="derived for EF21-PAGE (Fatkhullin et al. 2021, arXiv 2110.03294, Alg. 3) "
             "from EF21's and PAGE's Lyapunov arguments; not the paper's theorem",
+            provenance=DERIVED,
         )
 
     def init(self, x0, problem, comm: Comm) -> EF21PAGEState:

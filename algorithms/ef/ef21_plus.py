@@ -8,8 +8,10 @@ from typing import ClassVar
 
 import torch
 
+from algorithms import provenance as pv
 from algorithms.base import Theory, regime_option
 from algorithms.ef.ef21 import EF21Base, EF21State, ef21_theory
+from algorithms.provenance import Provenance
 from comm.base import Comm
 from streams import tags
 
@@ -44,6 +46,11 @@ class EF21Plus(EF21Base):
 
     needs: ClassVar[str] = "contractive"
     reports: ClassVar[tuple[str, ...]] = ("G", "fresh")
+    provenance: ClassVar[Provenance] = pv.theorem(
+        "Richtárik, Sokolov & Fatkhullin 2021, arXiv 2106.05203, Theorem 1 (nonconvex) and "
+        "Theorem 2 (PL), which hold for EF21+: its per-node error never exceeds EF21's "
+        "candidate's"
+    )
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:

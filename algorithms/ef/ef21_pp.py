@@ -8,14 +8,22 @@ from typing import ClassVar
 
 import torch
 
+from algorithms import provenance as pv
 from algorithms import stepsizes
 from algorithms.base import Theory, check_choice, check_unit, option, regime_option
 from algorithms.ef.ef21 import EF21Base, EF21State, ef21_update
+from algorithms.provenance import Provenance
 from comm.base import Comm
 from streams import tags
 
 SAMPLINGS = ("poisson", "nice")
 REGIMES = ("auto", "nonconvex", "pl")
+PL_PROVENANCE = pv.derived(
+    "algorithms.stepsizes.ef21_variants:ef21_pp_pl",
+    "EF21's Theorem 2 argument (arXiv 2106.05203) on the estimator recursion behind Theorem 7 "
+    "of Fatkhullin et al. 2021, arXiv 2110.03294; that paper's PL theorem for EF21-PP was not "
+    "available",
+)
 
 
 def participation_mask(comm: Comm, t: int, p: float, sampling: str) -> torch.Tensor:
@@ -73,6 +81,11 @@ class EF21PP(EF21Base):
 
     needs: ClassVar[str] = "contractive"
     reports: ClassVar[tuple[str, ...]] = ("G", "participants")
+    provenance: ClassVar[Provenance] = pv.theorem(
+        "Fatkhullin, Sokolov, Gorbunov, Li & Richtárik 2021, arXiv 2110.03294, Theorem 7 "
+        "(p. 47; EF21-PP, nonconvex) with every p_i = p and rho = theta p/(2(1 - p)); under PL "
+        "the step is derived here (see the run's record)"
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -99,6 +112,7 @@ class EF21PP(EF21Base):
                 inputs={"L": c.L, "L_tilde": c.L_tilde, "alpha": alpha, "p": p, "mu": c.mu},
                 source="derived: EF21's Theorem 2 (arXiv 2106.05203) with theta_p, B~ of "
                 "Fatkhullin et al. 2021, arXiv 2110.03294, Theorem 7 (EF21-PP)",
+                provenance=PL_PROVENANCE,
             )
         return Theory(
             gamma=stepsizes.ef21_pp(c.L, c.L_tilde, alpha, p),

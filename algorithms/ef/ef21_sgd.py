@@ -5,9 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from algorithms import provenance as pv
 from algorithms import stepsizes
 from algorithms.base import Theory, minibatch, minibatch_option, regime_option
 from algorithms.ef.ef21 import EF21Base, EF21State, ef21_update
+from algorithms.provenance import Provenance
 from comm.base import Comm
 from streams import tags
 
@@ -52,6 +54,12 @@ class EF21SGD(EF21Base):
 
     needs: ClassVar[str] = "contractive"
     stochastic: ClassVar[bool] = True
+    provenance: ClassVar[Provenance] = pv.derived(
+        "algorithms.stepsizes.ef21_variants:ef21_sgd",
+        "EF21's Theorems 1 and 2 (arXiv 2106.05203) redone for minibatch gradients of bounded "
+        "variance (A_i = 0, B_i = 1 in Assumption 2 of Fatkhullin et al. 2021, arXiv "
+        "2110.03294); that paper's Appendix D constants were not available",
+    )
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:

@@ -7,6 +7,7 @@ from typing import ClassVar
 
 import torch
 
+from algorithms import provenance as pv
 from algorithms import stepsizes
 from algorithms.base import (
     Algorithm,
@@ -17,6 +18,7 @@ from algorithms.base import (
     option,
     regime_option,
 )
+from algorithms.provenance import Provenance
 from comm.base import Comm
 from compressors import Compressor
 
@@ -24,6 +26,16 @@ INITS = ("full", "compressed", "zero")
 
 
 STEP_RULES = ("authors", "derived")
+DERIVED = pv.derived(
+    "algorithms.stepsizes.ef:ef_bv",
+    "--ef-step derived, a deviation from the authors' step: EF21's Lyapunov argument in "
+    "EF-BV's class C(eta, omega) (nonconvex)",
+)
+DERIVED_PL = pv.derived(
+    "algorithms.stepsizes.ef:ef_bv_pl",
+    "--ef-step derived, a deviation from the authors' step: EF21's PL argument in EF-BV's "
+    "class C(eta, omega)",
+)
 
 
 def bv_class(compressor: Compressor, d: int, n: int) -> tuple[float, float, float]:
@@ -92,6 +104,13 @@ class EFBV(Algorithm):
 
     needs: ClassVar[str] = "any"
     reports: ClassVar[tuple[str, ...]] = ("G",)
+    provenance: ClassVar[Provenance] = pv.authors_code(
+        "WilliamYi96/EF-BV",
+        "Logistic_regression_nonconvex/compTRk.py and Least_squares_PL-setting/compTRk.py",
+        "gamma = 1/(L + L_tilde sqrt(r_av/r)/s*) in both regimes, omega_av = omega/n; Condat, "
+        "Yi & Richtárik 2022, arXiv 2205.04180, whose theorem constants are [U]; --ef-step "
+        "derived is derived here (see the run's record)",
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -162,6 +181,7 @@ class EFBV(Algorithm):
                 inputs=inputs,
                 params=params,
                 source=source,
+                provenance=DERIVED_PL,
             )
         return Theory(
             gamma=stepsizes.ef_bv(c.L, c.L_tilde, r, r_av),
@@ -169,6 +189,7 @@ class EFBV(Algorithm):
             inputs=inputs,
             params=params,
             source=source,
+            provenance=DERIVED,
         )
 
     def init(self, x0, problem, comm: Comm) -> EFBVState:

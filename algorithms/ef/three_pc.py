@@ -8,6 +8,7 @@ from typing import ClassVar
 
 import torch
 
+from algorithms import provenance as pv
 from algorithms import stepsizes
 from algorithms.base import (
     Algorithm,
@@ -20,10 +21,17 @@ from algorithms.base import (
 )
 from algorithms.ef import three_pc_mechanisms as mech
 from algorithms.ef.ef21 import ef21_init_option
+from algorithms.provenance import Provenance
 from comm.base import Comm
 from compressors import Compressor, parse_spec
 from compressors.rand_k import RandK
 from compressors.top_k import TopK
+
+V3_PROVENANCE = pv.derived(
+    "algorithms.stepsizes.ef:three_pc_AB",
+    "the 3PC theorems' step (arXiv 2202.00998) with (A, B) derived here for 3PCv3 taken as "
+    "b + C(x - b), b an inner 3PC mechanism: the paper's 3PCv3 definition is unverified [U]",
+)
 
 
 @dataclass(frozen=True)
@@ -106,6 +114,11 @@ class ThreePC(Algorithm):
 
     needs: ClassVar[str] = "contractive"
     reports: ClassVar[tuple[str, ...]] = ("G",)
+    provenance: ClassVar[Provenance] = pv.theorem(
+        "Richtárik, Sokolov, Gasanov, Fatkhullin, Li & Gorbunov 2022, arXiv 2202.00998, the "
+        "3PC nonconvex and PL theorems with the mechanism's (A, B) of its Section 3 (theorem "
+        "numbers not given here); 3PCv3's constants are derived here (see the run's record)"
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -154,6 +167,7 @@ class ThreePC(Algorithm):
             inputs["second_compressor"] = C2.spec()
         params = {"p": alpha} if m == "v5" else {}
         source = "Richtárik et al. 2022, arXiv 2202.00998 (3PC); theory sheet §2.12"
+        prov = V3_PROVENANCE if m == "v3" else None
         regime = opts.get("regime", "auto")
         if regime == "pl" or (regime == "auto" and c.mu is not None):
             if c.mu is None:
@@ -165,6 +179,7 @@ class ThreePC(Algorithm):
                 inputs=inputs,
                 params=params,
                 source=source + ", PL theorem",
+                provenance=prov,
             )
         return Theory(
             gamma=stepsizes.three_pc(c.L, c.L_tilde, A, B),
@@ -172,6 +187,7 @@ class ThreePC(Algorithm):
             inputs=inputs,
             params=params,
             source=source + ", nonconvex theorem",
+            provenance=prov,
         )
 
     def init(self, x0, problem, comm: Comm) -> ThreePCState:

@@ -7,7 +7,9 @@ from typing import ClassVar
 
 import torch
 
+from algorithms import provenance as pv
 from algorithms.base import Algorithm, State, Theory, check_count, check_unit, option
+from algorithms.provenance import Provenance
 from algorithms.stepsizes import local_training as lt
 from algorithms.vr.vr_common import need
 from comm.base import Comm
@@ -111,6 +113,13 @@ class CompressedScaffnew(Algorithm):
 
     needs: ClassVar[str] = "none"
     reports: ClassVar[tuple[str, ...]] = ("sync", "H")
+    provenance: ClassVar[Provenance] = pv.borrowed(
+        "Scaffnew",
+        "gamma = 1/L_max, ProxSkip's gamma <= 1/L (Mishchenko et al. 2022, arXiv 2202.09357; "
+        "recalled, not re-read); CompressedScaffnew's algorithm box and theorem (arXiv "
+        "2210.13277) were not read; chi = n(s-1)/(s(n-1)) from the coauthors' TAMUNA baseline "
+        "(adap/flower), p = min(1, sqrt((n-1)/((s-1) kappa))) a heuristic balance [U]",
+    )
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:

@@ -7,6 +7,7 @@ from typing import ClassVar
 
 import torch
 
+from algorithms import provenance as pv
 from algorithms.base import (
     Algorithm,
     State,
@@ -16,6 +17,7 @@ from algorithms.base import (
     option,
 )
 from algorithms.ef.ef21 import ef21_theory
+from algorithms.provenance import Provenance
 from algorithms.stepsizes.momentum_ec import gmc as gmc_step
 from comm.base import Comm
 from comm.error_feedback import compensate_, ef14_send
@@ -77,6 +79,13 @@ class GMC(Algorithm):
     needs: ClassVar[str] = "contractive"
     stochastic: ClassVar[bool] = True
     reports: ClassVar[tuple[str, ...]] = ("E",)
+    provenance: ClassVar[Provenance] = pv.borrowed(
+        "EF-SGD",
+        "EF-SGD's step in this library (itself EF21's Theorem 1 step, arXiv 2106.05203) times "
+        "(1 - beta), which keeps heavy ball's effective step gamma/(1 - beta) at it; GMC's "
+        "algorithm box and theorem (Shi et al., arXiv 1905.12948) were not available, and no "
+        "derivation for GMC is written here",
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -7,6 +7,7 @@ from typing import ClassVar
 
 import torch
 
+from algorithms import provenance as pv
 from algorithms.base import (
     Algorithm,
     State,
@@ -16,6 +17,7 @@ from algorithms.base import (
     minibatch_option,
     option,
 )
+from algorithms.provenance import Provenance
 from algorithms.stepsizes.momentum_ec import liec_sgd as liec_step
 from comm.base import Comm
 from compressors import Compressor, parse_spec
@@ -97,6 +99,13 @@ class LIECSGD(Algorithm):
     down_like_up: ClassVar[bool] = True
     stochastic: ClassVar[bool] = True
     reports: ClassVar[tuple[str, ...]] = ("E", "drift")
+    provenance: ClassVar[Provenance] = pv.borrowed(
+        "EF21",
+        "Theorem 1's step (arXiv 2106.05203) at alpha = delta_down for the server's error "
+        "feedback, its L_tilde term enlarged by (H - 1) sqrt(1 - delta_up) for the nodes' "
+        "local compensations, a heuristic allowance (not derived); LIEC-SGD's theorem (arXiv "
+        "2402.11857) was not available; 1/L where the method is distributed GD",
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()

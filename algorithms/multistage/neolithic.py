@@ -9,6 +9,7 @@ from typing import ClassVar
 
 import torch
 
+from algorithms import provenance as pv
 from algorithms.base import (
     Algorithm,
     State,
@@ -16,6 +17,7 @@ from algorithms.base import (
     check_count,
     option,
 )
+from algorithms.provenance import Provenance
 from algorithms.stepsizes.neolithic import msc_delta, neolithic, neolithic_rounds
 from comm.base import Comm
 from compressors import Compressor
@@ -123,6 +125,14 @@ class NEOLITHIC(Algorithm):
     down_needs: ClassVar[str | None] = "contractive"
     stochastic: ClassVar[bool] = True
     reports: ClassVar[tuple[str, ...]] = ("E",)
+    provenance: ClassVar[Provenance] = pv.borrowed(
+        "EF21",
+        "Theorem 1's nonconvex step (arXiv 2106.05203) at the multi-step module's contraction "
+        "delta_R (times the downlink's), the library's convention for error-feedback methods "
+        "without a step of their own; NEOLITHIC's theorem step and R (arXiv 2206.03665, "
+        "2305.07612) were not read, and R = min{R: (1 - delta)^R <= msc_tol} is the "
+        "library's choice",
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()

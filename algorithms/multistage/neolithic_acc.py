@@ -8,8 +8,10 @@ from typing import ClassVar
 
 import torch
 
+from algorithms import provenance as pv
 from algorithms.base import Theory, option
 from algorithms.multistage.neolithic import NEOLITHIC, SOURCE, NEOLITHICState
+from algorithms.provenance import Provenance
 from algorithms.stepsizes.neolithic import nesterov_momentum
 from comm.base import Comm
 
@@ -70,6 +72,11 @@ class NEOLITHICAcc(NEOLITHIC):
     )
 
     reports: ClassVar[tuple[str, ...]] = ("E", "beta")
+    provenance: ClassVar[Provenance] = pv.reconstruction(
+        "accelerated NEOLITHIC's algorithm and theorem (He, Huang, Chen, Yin & Yuan 2023, "
+        "arXiv 2305.07612) were not read: NEOLITHIC's step (EF21's Theorem 1 at delta_R) and "
+        "R, at Nesterov's extrapolated point with Nesterov's momentum schedule"
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -7,6 +7,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from algorithms import provenance as pv
 from algorithms.base import (
     State,
     Theory,
@@ -16,6 +17,7 @@ from algorithms.base import (
 )
 from algorithms.base import option as _option  # (a field is named option)
 from algorithms.ef import three_pc_mechanisms as mech
+from algorithms.provenance import Provenance
 from algorithms.second_order.fednl import (
     NewtonHessians,
     newton_direction,
@@ -99,6 +101,12 @@ class Newton3PC(NewtonHessians):
     zeta: float = _option(1.0, "LAG/CLAG trigger zeta >= 0")
 
     reports: ClassVar[tuple[str, ...]] = ("H_err", "sent", "l")
+    provenance: ClassVar[Provenance] = pv.theorem(
+        "Islamov, Qian, Hanzely, Safaryan & Richtárik 2022, arXiv 2206.03588, Newton-3PC's "
+        "local theorem (read in R. Islamov's thesis, intsystems/Islamov-MS-Thesi, "
+        "Paper/Islamov2023MasterThesis.tex, Thm. th:NLU): the unit Newton step; CBAG's p = "
+        "0.75 from the paper's experiments (Fig. 1)"
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()

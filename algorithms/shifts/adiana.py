@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from algorithms import provenance as pv
 from algorithms.base import (
     Algorithm,
     State,
@@ -16,6 +17,7 @@ from algorithms.base import (
     initial_estimator,
     option,
 )
+from algorithms.provenance import Provenance
 from algorithms.stepsizes.accelerated import adiana_alpha, adiana_eta, adiana_momentum, adiana_p
 from algorithms.vr.vr_common import (
     effective_omega,
@@ -108,6 +110,12 @@ class ADIANA(Algorithm):
 
     needs: ClassVar[str] = "unbiased"
     reports: ClassVar[tuple[str, ...]] = ("refresh", "H")
+    provenance: ClassVar[Provenance] = pv.authors_code(
+        "Rustem-Islamov/FedNL-Public",
+        "methods.py::adiana",
+        "the coauthors' group's reference implementation of Li, Kovalev, Qian & Richtárik "
+        "2020, arXiv 2002.11364; the theorem's statement was not read [U]",
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -29,7 +29,9 @@ from typing import ClassVar
 
 import torch
 
+from algorithms import provenance as pv
 from algorithms.base import Algorithm, State, Theory
+from algorithms.provenance import Provenance
 from algorithms.stepsizes.cafe import cafe as cafe_step
 from algorithms.stepsizes.cafe import cafe_s as cafe_s_step
 from comm.base import Comm
@@ -86,6 +88,12 @@ class CAFe(Algorithm):
 
     needs: ClassVar[str] = "contractive"
     reports: ClassVar[tuple[str, ...]] = ("resid",)
+    provenance: ClassVar[Provenance] = pv.derived(
+        "algorithms.stepsizes.cafe:cafe",
+        "EF21's Lyapunov argument on the server's error, under bounded gradient dissimilarity; "
+        "the theorem of Ortega, Huang, Li & Jafarkhani (arXiv 2412.04538) was not available "
+        "beyond its abstract",
+    )
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:
@@ -141,6 +149,12 @@ class CAFeS(Algorithm):
     needs: ClassVar[str] = "contractive"
     requires: ClassVar[tuple[str, ...]] = ("server_data",)
     reports: ClassVar[tuple[str, ...]] = ("resid",)
+    provenance: ClassVar[Provenance] = pv.derived(
+        "algorithms.stepsizes.cafe:cafe_s",
+        "the descent lemma with a memoryless compression error (the server's fresh predictor); "
+        "the theorem of Ortega, Huang, Li & Jafarkhani (arXiv 2512.22623) was not available "
+        "beyond its abstract",
+    )
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:

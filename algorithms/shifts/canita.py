@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from algorithms import provenance as pv
 from algorithms.base import Algorithm, Theory, check_unit, option
+from algorithms.provenance import Provenance
 from algorithms.shifts.adiana import (
     INITS,
     ADIANAState,
@@ -76,6 +78,12 @@ class CANITA(Algorithm):
 
     needs: ClassVar[str] = "unbiased"
     reports: ClassVar[tuple[str, ...]] = ("refresh", "theta1", "H")
+    provenance: ClassVar[Provenance] = pv.reconstruction(
+        "CANITA's Algorithm 1 and theorem (Li & Richtárik 2021, arXiv 2107.09461) were not "
+        "read: ADIANA's round, step eta and p (Rustem-Islamov/FedNL-Public methods.py::adiana) "
+        "with Katyusha^ns's decaying coupling theta1_t = min(1/2, 2/(p t + t0)) (Allen-Zhu "
+        "2017) [U]"
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -6,6 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
+from algorithms import provenance as pv
 from algorithms import stepsizes
 from algorithms.base import (
     Algorithm,
@@ -17,6 +18,7 @@ from algorithms.base import (
     minibatch_option,
     option,
 )
+from algorithms.provenance import Provenance
 from comm.base import Comm
 from streams import tags
 
@@ -58,6 +60,12 @@ class DCGD(Algorithm):
 
     needs: ClassVar[str] = "any"
     stochastic: ClassVar[bool] = True
+    provenance: ClassVar[Provenance] = pv.theorem(
+        "Khaled & Richtárik 2020, arXiv 2002.03329, Theorem 2 (nonconvex, DCGD's ABC "
+        "constants A' = omega L_max/n, B' = 1; needs the horizon T); strongly convex: the "
+        "unified SGD theorem of Gorbunov, Hanzely & Richtárik 2020, arXiv 1905.11261, gamma = "
+        "1/A with DCGD's A = L + 2 omega L_max/n (theorem number not given here)"
+    )
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:

@@ -8,7 +8,9 @@ from typing import ClassVar
 
 import torch
 
+from algorithms import provenance as pv
 from algorithms.base import Algorithm, State, Theory, check_choice, option
+from algorithms.provenance import Provenance
 from algorithms.shifts import smoothness_aware as sa
 from algorithms.stepsizes import matrix_smoothness as steps
 from comm.base import Comm
@@ -118,6 +120,12 @@ class DCGDPlus(Algorithm):
     )
 
     needs: ClassVar[str] = "unbiased"
+    provenance: ClassVar[Provenance] = pv.derived(
+        "algorithms.stepsizes.matrix_smoothness:dcgd_plus",
+        "DCGD's strongly convex step gamma = 1/A (Gorbunov, Hanzely & Richtárik 2020, arXiv "
+        "1905.11261) with A computed for the smoothness-aware sparsifier; the theorem "
+        "constants of Safaryan, Hanzely & Richtárik 2021, arXiv 2106.03524 were not read",
+    )
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:

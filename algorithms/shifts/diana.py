@@ -7,6 +7,7 @@ from typing import ClassVar
 
 import torch
 
+from algorithms import provenance as pv
 from algorithms import stepsizes
 from algorithms.base import (
     Algorithm,
@@ -18,6 +19,7 @@ from algorithms.base import (
     minibatch_option,
     option,
 )
+from algorithms.provenance import Provenance
 from algorithms.vr.vr_common import (
     effective_omega,
     need,
@@ -30,6 +32,12 @@ INITS = ("zero", "full")
 SOURCE = (
     "Mishchenko, Gorbunov, Takáč & Richtárik 2019, arXiv 1901.09269, Alg. 1; Horváth et al. "
     "2019, arXiv 1904.05115; theory sheet §2.8"
+)
+STRONGLY_CONVEX = pv.derived(
+    "algorithms.stepsizes.vr:diana",
+    "DIANA's Lyapunov argument for a strongly convex f and convex f_i, in the form of Gorbunov, "
+    "Hanzely & Richtárik 2020, arXiv 1905.11261; the constant 6 is this derivation's "
+    "(FL_PyTorch uses 4, source not identified)",
 )
 
 
@@ -74,6 +82,12 @@ class DIANA(Algorithm):
     needs: ClassVar[str] = "unbiased"
     stochastic: ClassVar[bool] = True
     reports: ClassVar[tuple[str, ...]] = ("H",)
+    provenance: ClassVar[Provenance] = pv.theorem(
+        "Horváth, Kovalev, Mishchenko, Stich & Richtárik 2019, arXiv 1904.05115, Theorem 4 "
+        "(VR-DIANA, nonconvex) with m = 1, which is DIANA, as FL_PyTorch uses it [U: constant "
+        "not checked against the paper]; for a strongly convex f the step is derived here "
+        "(see the run's record)"
+    )
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:
@@ -89,6 +103,7 @@ class DIANA(Algorithm):
                 inputs={**k, "omega": omega, "n": n, "mu": c.mu},
                 params={"alpha": alpha},
                 source=SOURCE + " (strongly convex, [V-deriv])",
+                provenance=STRONGLY_CONVEX,
             )
         k = need(problem, "L")
         return Theory(

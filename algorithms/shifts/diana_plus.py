@@ -7,7 +7,9 @@ from typing import ClassVar
 
 import torch
 
+from algorithms import provenance as pv
 from algorithms.base import Algorithm, State, Theory, check_unit, option
+from algorithms.provenance import Provenance
 from algorithms.shifts import smoothness_aware as sa
 from algorithms.shifts.dcgd_plus import INDEFINITE_NOTE, matrix_theory, node_probabilities
 from algorithms.stepsizes import matrix_smoothness as steps
@@ -73,6 +75,12 @@ class DIANAPlus(Algorithm):
 
     needs: ClassVar[str] = "unbiased"
     reports: ClassVar[tuple[str, ...]] = ("H",)
+    provenance: ClassVar[Provenance] = pv.derived(
+        "algorithms.stepsizes.matrix_smoothness:diana_plus",
+        "DIANA's strongly convex Lyapunov argument with per-coordinate shift steps alpha_ij = "
+        "p_ij and the matrix constant calL_max; the theorem constants of Safaryan, Hanzely & "
+        "Richtárik 2021, arXiv 2106.03524 were not read",
+    )
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:

@@ -51,13 +51,46 @@ def ec_second_moment(L: float, mu: float, n: int, calL: float | None, batch: int
 
 def ec_sgd(L: float, mu: float, n: int, calL: float | None = None, batch: int | None = None):
     """EC-SGD with an absolute compressor: ``gamma = 1/(4 A)``, ``A = L + 2 calL^2/(mu n b)``
-    (``1/(4L)`` with full gradients). Does not depend on ``Delta``."""
+    (``1/(4L)`` with full gradients). Does not depend on ``Delta``.
+
+    Derivation (the perturbed-iterate bound of the module docstring, spelled out): the virtual
+    iterate ``x~ = x - mean_i e_i`` follows ``x~^+ = x~ - gamma ḡ`` with ``E ḡ = grad f(x)``,
+    and ``E||x - x~||^2 <= mean_i E||e_i||^2 <= Delta^2``. Expanding the square,
+    ``E||x~^+ - x*||^2 = ||x~ - x*||^2 - 2 gamma <grad f(x), x~ - x*> + gamma^2 E||ḡ||^2``.
+    Split ``<grad f(x), x~ - x*> = <grad f(x), x - x*> + <grad f(x), x~ - x>`` and bound the
+    first by strong convexity, ``>= (f(x) - f*) + (mu/2)||x - x*||^2``, the second by Young,
+    ``>= -(1/(4L))||grad f(x)||^2 - L||x - x~||^2 >= -(1/2)(f(x) - f*) - L||x - x~||^2``; with
+    ``||x - x*||^2 >= ||x~ - x*||^2/2 - ||x - x~||^2``: ``-2 gamma <grad f(x), x~ - x*> <=
+    -gamma (f - f*) - (gamma mu/2)||x~ - x*||^2 + gamma (2L + mu)||x - x~||^2``. The second
+    moment: a minibatch of ``b`` draws with replacement has per-node variance ``<= (1/b)
+    (1/m_i) sum_j ||grad f_ij(x) - grad f_i(x)||^2 <= (2/b)(calL_i^2 ||x - x*||^2 +
+    sigma_{*,i}^2)`` (split at ``x*``), so with ``||x - x*||^2 <= (2/mu)(f - f*)`` and
+    ``||grad f(x)||^2 <= 2L (f - f*)``: ``E||ḡ||^2 <= 2 A (f - f*) + 2 sigma_*^2/(n b)``,
+    ``A = L + 2 calL^2/(mu n b)`` (``A = L``, no noise, with full gradients; ``A = L`` plus a
+    state-independent noise when ``calL`` is unknown). Altogether ``E||x~^+ - x*||^2 <=
+    (1 - gamma mu/2)||x~ - x*||^2 - gamma (1 - 2 gamma A)(f - f*) + gamma (2L + mu) Delta^2 +
+    2 gamma^2 sigma_*^2/(n b)``; ``gamma = 1/(4A)`` makes ``1 - 2 gamma A = 1/2 > 0``, and
+    unrolling gives :func:`ec_distance_bound` with ``rho = gamma mu/2``: the neighbourhood
+    ``2 (2L + mu) Delta^2/mu`` (:func:`ec_neighbourhood`) plus ``4 gamma sigma_*^2/(mu n b)``."""
     return 1.0 / (4.0 * ec_second_moment(L, mu, n, calL, batch))
 
 
 def ec_lsvrg(L: float, mu: float, n: int, calL: float, batch: int) -> float:
     """EC-LSVRG with an absolute compressor: ``gamma = 1/(4 (L + 6 calL^2/(mu n b)))``
-    (the ``f``-coefficient ``1 - 2 gamma L - 12 gamma calL^2/(mu n b) >= 1/2``)."""
+    (the ``f``-coefficient ``1 - 2 gamma L - 12 gamma calL^2/(mu n b) >= 1/2``).
+
+    Derivation: as :func:`ec_sgd` up to the second moment. The estimator ``ḡ_i =
+    (1/b) sum_j (grad f_ij(x) - grad f_ij(w_i)) + grad f_i(w_i)`` is unbiased with variance
+    ``<= (1/b)(1/m_i) sum_j ||grad f_ij(x) - grad f_ij(w_i)||^2 <= (2/b)(calL_i^2 ||x - x*||^2
+    + D_i)``, ``D_i = (1/m_i) sum_j ||grad f_ij(w_i) - grad f_ij(x*)||^2``; so
+    ``E||ḡ||^2 <= 2 (L + 2 calL^2/(mu n b))(f - f*) + 2 D/(n b)`` (``D = mean_i D_i``), and the
+    refresh ``w_i <- x`` with probability ``p`` gives ``E D^+ <= (1 - p) D + (2 p calL^2/mu)
+    (f - f*)``. With ``Psi = ||x~ - x*||^2 + M D``, ``M = 4 gamma^2/(n b p)``: the ``D``
+    coefficient is ``2 gamma^2/(n b) + M (1 - p) = M (1 - p/2)``; the ``f - f*`` coefficient is
+    ``-gamma + 2 gamma^2 (L + 2 calL^2/(mu n b)) + M 2 p calL^2/mu = -gamma + 2 gamma^2
+    (L + 6 calL^2/(mu n b))``, which is ``-gamma/2`` at this ``gamma``. Hence ``E Psi^+ <=
+    (1 - min(gamma mu, p)/2) Psi + gamma (2L + mu) Delta^2``: no variance term, the same
+    compression neighbourhood as EC-SGD."""
     _check(L, mu, n)
     return 1.0 / (4.0 * (L + 6.0 * calL**2 / (mu * n * batch)))
 

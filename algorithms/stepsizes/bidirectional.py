@@ -53,7 +53,28 @@ def artemis(L_max: float, omega_up: float, omega_down: float, n: int, p: float =
     (1 + omega_down)||g||^2`` multiplies the second moment of the uplink estimate, whose
     compression-and-sampling variance is ``omega_p/n^2 sum_i ||grad f_i - h_i||^2``), the form
     of Artemis's Thm 1 (Philippenko & Dieuleveut 2020, arXiv 2006.14591) as recalled; used for
-    Artemis and, conservatively, for MCM."""
+    Artemis and, conservatively, for MCM.
+
+    Derivation (Artemis with ``estimator=memory``; ``f`` ``mu``-strongly convex, each ``f_i``
+    convex and ``L_i``-smooth, ``L <= L_max``; independent unbiased ``C_up``, ``C_dwn``; each
+    node takes part independently with probability ``p``; memory rate ``alpha <= 1/(omega_up +
+    1)``): DIANA's argument (:func:`algorithms.stepsizes.vr.diana`, same notation ``u_i``,
+    ``e_i``, ``H``, ``D_f``) with two changes. (1) The uplink message ``(xi_i/p) C_up(Delta_i)``
+    is unbiased with ``E||.||^2 = ((1 + omega_up)/p) ||Delta_i||^2``, i.e. variance ``omega_p
+    ||Delta_i||^2``, so ``E||g||^2 <= 2 (L + 2 omega_p L_max/n) D_f + (2 omega_p/n) H``;
+    ``Omega = C_dwn(g)`` is unbiased with ``E||Omega||^2 <= (1 + omega_dwn) E||g||^2``, and
+    since ``grad f(x*) = 0`` this is the whole second moment of the step:
+    ``E||w^+ - x*||^2 <= (1 - gamma mu)||w - x*||^2 - 2 gamma D_f + gamma^2 (1 + omega_dwn)
+    E||g||^2``. (2) Only participants move their memory: ``E||e_i^+||^2 <= ||e_i||^2 +
+    alpha p (2 <e_i, Delta_i> + ||Delta_i||^2) = (1 - alpha p)||e_i||^2 + alpha p ||u_i||^2``,
+    so ``E H^+ <= (1 - alpha p) H + 2 alpha p L_max D_f``. With ``V = ||w - x*||^2 + M gamma^2
+    H``, ``M = 4 (1 + omega_dwn) omega_p/(n alpha p)``: the ``H`` coefficient is
+    ``M gamma^2 (1 - alpha p/2)``; the ``D_f`` coefficient is ``-2 gamma + 2 gamma^2
+    (1 + omega_dwn)(L + 6 omega_p L_max/n)``, ``<= 0`` for ``gamma <= 1/((1 + omega_dwn)
+    (L + 6 omega_p L_max/n))``. This step, ``1/((1 + omega_dwn)(2 L_max + 8 omega_p
+    L_max/n))``, is below that bound (``L <= 2 L_max``, ``6 <= 8``), so ``E V^+ <=
+    max(1 - gamma mu, 1 - alpha p/2) V``: linear convergence to ``x*``. (The ``sampled``
+    estimator adds the memories' sampling noise; at ``p = 1`` both coincide.)"""
     return 1.0 / (
         2.0 * L_max * (1.0 + omega_down) * (1.0 + 4.0 * participation_omega(omega_up, p) / n)
     )

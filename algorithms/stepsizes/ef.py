@@ -60,6 +60,27 @@ def three_pc_AB(
     sheet's §2.12 table), every Young parameter at its optimum ``s* = 1/sqrt(a) - 1`` for a
     bound ``(1 - A) = a (1 + s)``.
 
+    ``ef21``, ``lag``, ``clag``, ``v1``, ``v2``, ``v4`` and ``v5`` are the paper's constants.
+    3PCv3's definition could not be checked (theory sheet §2.12 [U]); this library takes it to
+    be ``C_{h,y}(x) = b + C(x - b)`` with ``b`` the output of an inner 3PC mechanism, and its
+    constants are derived here.
+
+    Derivation (3PCv3): a 3PC(A, B) mechanism satisfies ``E||C_{h,y}(x) - x||^2 <= (1 - A)
+    ||h - y||^2 + B ||x - y||^2``. The outer ``C`` is ``alpha``-contractive with its own
+    randomness, so conditionally on ``b``, ``E||b + C(x - b) - x||^2 <= (1 - alpha)
+    ||x - b||^2``; with the inner mechanism's bound this gives ``1 - A = (1 - alpha)(1 - A1)``
+    and ``B = (1 - alpha) B1``. Inner ``lag`` (``A1 = 1``, ``B1 = zeta``): ``A = 1``,
+    ``B = (1 - alpha) zeta``. Inner ``ef21`` with ``C2``: ``E||b - x||^2 <= (1 - alpha2)
+    ((1 + s)||h - y||^2 + (1 + 1/s)||x - y||^2)``, so with ``a = (1 - alpha)(1 - alpha2) =
+    1 - alpha_bar``: ``1 - A = a (1 + s)``, ``B = a (1 + 1/s)``; at ``s = 1/sqrt(a) - 1``,
+    ``A = 1 - sqrt(a)`` and ``B = a/(1 - sqrt(a))``, EF21's constants at ``alpha_bar`` (= v4's).
+    Inner ``clag``: a skip leaves ``||h - x||^2 <= zeta ||x - y||^2`` and a send EF21's bound,
+    so ``E||b - x||^2 <= (1 - alpha2)(1 + s)||h - y||^2 + max((1 - alpha2)(1 + 1/s), zeta)
+    ||x - y||^2``; times ``1 - alpha`` at the same ``s``: ``A = 1 - r``, ``r = sqrt(a)``,
+    ``B = (1 - alpha) max((1 - alpha2)/(1 - r), zeta)`` (``a = 0``: ``A = 1``,
+    ``B = (1 - alpha) zeta``). The 3PC theorems (:func:`three_pc`, :func:`three_pc_pl`) then
+    give the step.
+
     Args:
         mechanism: ``ef21``, ``lag``, ``clag``, ``v1``, ``v2``, ``v3``, ``v4`` or ``v5``.
         alpha: contraction of the main compressor ``C``.
@@ -144,15 +165,23 @@ def ef_bv_authors(L: float, L_tilde: float, r: float, r_av: float) -> float:
 
 def ef_bv(L: float, L_tilde: float, r: float, r_av: float) -> float:
     """EF-BV nonconvex step ``1/(L + L_tilde sqrt(r_av)/(1 - sqrt(r)))`` (``--ef-step derived``,
-    a deviation from the authors' step :func:`ef_bv_authors`).
-
-    Derived for this library (the paper's constants are unverified): with
-    ``G = mean_i ||h_i - grad f_i(x)||^2``, ``E||g - grad f||^2 <= r_av G`` and
-    ``E G^+ <= (1+s) r G + (1 + 1/s) L_tilde^2 ||x^+ - x||^2``; the Lyapunov function
-    ``f + gamma r_av/(2 theta) G``, ``theta = 1 - (1+s) r``, decreases by
-    ``(gamma/2)||grad f||^2`` when ``gamma <= 1/(L + L_tilde sqrt(r_av (1 + 1/s)/theta))``,
-    optimal at ``s = 1/sqrt(r) - 1``. Needs ``r < 1``. With ``r = r_av = 1 - alpha`` it is
+    a deviation from the authors' step :func:`ef_bv_authors`), derived for this library (the
+    paper's constants are unverified). Needs ``r < 1``. With ``r = r_av = 1 - alpha`` it is
     EF21's Theorem 1 step.
+
+    Derivation: with ``G = mean_i ||h_i - grad f_i(x)||^2``, ``v_i = grad f_i(x) - h_i`` and
+    ``R = ||x^+ - x||^2``: ``g^+ - grad f(x) = mean_i (nu C(v_i) - v_i)``, so (class
+    ``C(eta, omega)``, averaged variance ``omega_av``) ``E||g^+ - grad f(x)||^2 <= r_av G``;
+    ``h_i^+ - grad f_i(x^+) = (lam C(v_i) - v_i) + (grad f_i(x) - grad f_i(x^+))`` with
+    ``E||lam C(v_i) - v_i||^2 <= r ||v_i||^2``, so by Young
+    ``E G^+ <= (1+s) r G + (1 + 1/s) L_tilde^2 R``. The descent lemma
+    ``f(x^+) <= f(x) - (gamma/2)||grad f||^2 - (1/(2 gamma) - L/2) R + (gamma/2)||g^+ -
+    grad f||^2`` and the Lyapunov function ``f + (gamma r_av/(2 theta)) G``,
+    ``theta = 1 - (1+s) r``, cancel the ``G`` terms and leave ``-(gamma/2)||grad f||^2`` plus
+    ``R`` times ``-(1/(2 gamma) - L/2) + gamma r_av (1 + 1/s) L_tilde^2/(2 theta)``, which is
+    ``<= 0`` when ``gamma <= 1/(L + L_tilde sqrt(r_av (1 + 1/s)/theta))`` (the theory sheet's
+    lemma). At ``s = 1/sqrt(r) - 1``: ``theta = 1 - sqrt(r)``, ``1 + 1/s = 1/(1 - sqrt(r))``,
+    so ``sqrt(r_av (1 + 1/s)/theta) = sqrt(r_av)/(1 - sqrt(r))``: the formula.
     """
     if not 0 <= r < 1 or r_av < 0:
         raise ValueError(f"EF-BV needs 0 <= r < 1 and r_av >= 0, got r={r}, r_av={r_av}")
@@ -162,7 +191,16 @@ def ef_bv(L: float, L_tilde: float, r: float, r_av: float) -> float:
 def ef_bv_pl(L: float, L_tilde: float, r: float, r_av: float, mu: float) -> float:
     """EF-BV PL step ``min(1/(L + L_tilde sqrt(2 r_av)/(1 - sqrt(r))), (1 - sqrt(r))/(2 mu))``
     (derived as :func:`ef_bv` with the Lyapunov weight ``gamma r_av/theta``; the function
-    ``f - f* + (gamma r_av/theta) G`` then contracts by ``1 - gamma mu``)."""
+    ``f - f* + (gamma r_av/theta) G`` then contracts by ``1 - gamma mu``).
+
+    Derivation: the recursions of :func:`ef_bv` at ``s = 1/sqrt(r) - 1`` (``theta = 1 -
+    sqrt(r)``, ``1 + 1/s = 1/theta``), with ``Psi = f - f* + (gamma r_av/theta) G``: PL turns
+    ``-(gamma/2)||grad f||^2`` into ``-gamma mu (f - f*)``; the ``G`` terms are
+    ``(gamma r_av/2) G + (gamma r_av/theta)(1 - theta) G = (gamma r_av/theta)(1 - theta/2) G``,
+    at most ``(1 - gamma mu)`` times the weight when ``gamma mu <= theta/2``; the ``R`` terms
+    ``-(1/(2 gamma) - L/2) + (gamma r_av/theta)(1/theta) L_tilde^2`` are ``<= 0`` when
+    ``1/gamma - L - 2 gamma r_av L_tilde^2/theta^2 >= 0``, i.e. for
+    ``gamma <= 1/(L + L_tilde sqrt(2 r_av)/theta)``. Then ``E Psi^+ <= (1 - gamma mu) Psi``."""
     if not 0 <= r < 1 or r_av < 0:
         raise ValueError(f"EF-BV needs 0 <= r < 1 and r_av >= 0, got r={r}, r_av={r_av}")
     q = 1.0 - math.sqrt(r)

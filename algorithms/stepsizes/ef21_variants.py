@@ -91,11 +91,30 @@ def ef21_sgd(L: float, L_tilde: float, alpha: float, mu: float | None = None) ->
     variance, Example 1): nonconvex ``1/(L + L_tilde sqrt(beta^/theta^))``, PL
     ``min(1/(L + L_tilde sqrt(2 beta^/theta^)), theta^/(2 mu))`` (:func:`ef21_sgd_constants`).
 
-    With ``Psi = f - f_inf + (gamma/(2 theta^)) G`` the recursion gives
-    ``E Psi^+ <= Psi - (gamma/2)||grad f||^2 + gamma kappa sigma^2/(2 theta^ tau)``, so
-    ``E||grad f(x^)||^2 <= 2 Psi^0/(gamma T) + kappa sigma^2/(theta^ tau)``: the step does not
-    depend on ``sigma^2``, which sets the noise floor only. Not the paper's Theorem (its
-    Appendix D constants, with ``A_i > 0`` too, were not available here)."""
+    The step does not depend on ``sigma^2``, which sets the noise floor only. Not the paper's
+    Theorem (its Appendix D constants, with ``A_i > 0`` too, were not available here).
+
+    Derivation: ``hat g_i`` is unbiased for ``grad f_i(x^+)`` with variance ``V_i =
+    sigma_i^2/tau``; ``G = mean_i ||g_i - grad f_i(x)||^2``, ``R = ||x^+ - x||^2``. Split
+    ``g_i^+ - grad f_i(x^+) = a + b``, ``a = g_i + C(hat g_i - g_i) - hat g_i``,
+    ``b = hat g_i - grad f_i(x^+)``: Young with ``nu``, ``E||a||^2 <= (1 - alpha)
+    E||hat g_i - g_i||^2 = (1 - alpha)(||grad f_i(x^+) - g_i||^2 + V_i)``, ``E||b||^2 = V_i``
+    and ``||grad f_i(x^+) - g_i||^2 <= (1+s) ||g_i - grad f_i(x)||^2 + (1 + 1/s) L_i^2 R``
+    give ``E G^+ <= (1 - theta^) G + beta^ L_tilde^2 R + kappa V`` with the constants of
+    :func:`ef21_sgd_constants` (at EF21's ``s``, ``(1-alpha)(1+s) = 1 - theta``, so
+    ``1 - theta^ = (1+nu)(1-theta) = 1 - theta/2`` at ``nu = theta/(2(1-theta))``).
+    Nonconvex: EF21's descent lemma ``f(x^+) <= f(x) - (gamma/2)||grad f||^2 -
+    (1/(2 gamma) - L/2) R + (gamma/2) G`` (``||g - grad f||^2 <= G`` by Jensen) and
+    ``Psi = f - f_inf + (gamma/(2 theta^)) G`` give ``E Psi^+ <= Psi -
+    (gamma/2)||grad f||^2 - (1/(2 gamma) - L/2 - gamma beta^ L_tilde^2/(2 theta^)) R +
+    gamma kappa V/(2 theta^)``;
+    the ``R`` term is ``<= 0`` for ``gamma <= 1/(L + L_tilde sqrt(beta^/theta^))`` (the
+    theory sheet's lemma), so ``E||grad f(x^)||^2 <= 2 Psi^0/(gamma T) + kappa V/theta^``.
+    PL: with the weight ``gamma/theta^`` the ``G`` terms are ``(gamma/theta^)(1 - theta^/2) G
+    <= (1 - gamma mu)(gamma/theta^) G`` when ``gamma mu <= theta^/2``, the ``R`` term is
+    ``<= 0`` for ``gamma <= 1/(L + L_tilde sqrt(2 beta^/theta^))``, and PL turns
+    ``-(gamma/2)||grad f||^2`` into ``-gamma mu (f - f*)``: ``E Psi^+ <= (1 - gamma mu) Psi +
+    gamma kappa V/theta^``."""
     theta_h, beta_h, _ = ef21_sgd_constants(alpha)
     if mu is None:
         return 1.0 / (L + L_tilde * math.sqrt(beta_h / theta_h))
@@ -135,13 +154,25 @@ def ef21_pp_pl(L: float, L_tilde: float, alpha: float, p: float, mu: float) -> f
     """EF21-PP PL step ``min(1/(L + sqrt(2 B~/theta_p)), theta_p/(2 mu))``.
 
     Derived here, not B&W's PL theorem for EF21-PP (not available in the sources at hand):
-    EF21's Theorem 2 argument (arXiv 2106.05203) applied to the estimator recursion
-    ``E G^{t+1} <= (1 - theta_p) G^t + B~ ||x^{t+1} - x^t||^2`` behind Theorem 7 (arXiv
-    2110.03294, p. 47; its step ``1/(L + sqrt(B~/theta_p))`` is that recursion's): with
-    ``Psi = f - f* + (gamma/theta_p) G`` the ``G`` terms contract by ``1 - gamma mu`` when
-    ``gamma <= theta_p/(2 mu)``, and the ``||x^{t+1} - x^t||^2`` terms vanish when
-    ``1/gamma - L - 2 gamma B~/theta_p >= 0``. Then ``E Psi^T <= (1 - gamma mu)^T Psi^0``.
-    ``p = 1`` is EF21's Theorem 2 step exactly."""
+    EF21's Theorem 2 argument (arXiv 2106.05203) applied to the estimator recursion behind
+    Theorem 7 (arXiv 2110.03294, p. 47; its step ``1/(L + sqrt(B~/theta_p))`` is that
+    recursion's). ``p = 1`` is EF21's Theorem 2 step exactly.
+
+    Derivation: with ``G = mean_i ||g_i - grad f_i(x)||^2`` and ``R = ||x^{t+1} - x^t||^2``, a
+    node takes part with probability ``p`` (only this marginal is used, so Poisson and nice
+    sampling alike). A participant's expected error is at most EF21's bound
+    ``(1 - alpha)||grad f_i(x^{t+1}) - g_i||^2 <= (1 - theta) G_i + beta L_i^2 R``; another
+    node's is ``||g_i - grad f_i(x^{t+1})||^2 <= (1 + rho) G_i + (1 + 1/rho) L_i^2 R``.
+    Averaged: ``E G^{t+1} <= (1 - theta_p) G^t + B~ R`` with ``theta_p = theta p - rho (1 -
+    p)`` and ``B~ = (beta p + (1 + 1/rho)(1 - p)) L_tilde^2`` (Theorem 7's constants;
+    ``theta_p = theta p/2`` at ``rho = theta p/(2(1-p))``). EF21's descent lemma
+    ``f(x^{t+1}) <= f(x^t) - (gamma/2)||grad f||^2 - (1/(2 gamma) - L/2) R + (gamma/2) G``
+    and ``Psi = f - f* + (gamma/theta_p) G``: PL turns ``-(gamma/2)||grad f||^2`` into
+    ``-gamma mu (f - f*)``; the ``G`` terms are ``(gamma/theta_p)(1 - theta_p/2) G``, at most
+    ``(1 - gamma mu)`` times the weight when ``gamma <= theta_p/(2 mu)``; the ``R`` terms
+    ``-(1/(2 gamma) - L/2) + gamma B~/theta_p`` are ``<= 0`` when ``1/gamma - L - 2 gamma
+    B~/theta_p >= 0``, i.e. for ``gamma <= 1/(L + sqrt(2 B~/theta_p))`` (the theory sheet's
+    lemma). Then ``E Psi^T <= (1 - gamma mu)^T Psi^0``."""
     if p == 1:
         return ef21_pl(L, L_tilde, alpha, mu)
     theta_p, B_tilde = ef21_pp_constants(L_tilde, alpha, p)

@@ -2,9 +2,11 @@
 
 Neither paper's theorem could be read from the sources available here (arXiv 1905.12948,
 arXiv 2402.11857: abstracts only; LIEC-SGD's authors' code has no step rule, it uses
-``lr = 0.1`` on ResNets). Both steps below are derived for this library and say so in the
+``lr = 0.1`` on ResNets). Both steps below are this library's choices and say so in the
 step record of every run; each reduces to a known step in the cases where the method reduces
-to a known method.
+to a known method. Neither comes with a written derivation (no convergence argument for the
+method at that step is given here): both are built on EF21's Theorem 1 step, so the methods
+declare their step's provenance as borrowed from it (:mod:`algorithms.provenance`).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ def gmc(gamma_ef: float, beta: float) -> float:
 
 def liec_sgd(L: float, L_tilde: float, delta_up: float, delta_down: float, period: int) -> float:
     """LIEC-SGD's step ``1/(L + [H > 1] L_tilde (sqrt(beta_M/theta_M) + (H - 1) sqrt(1 -
-    delta_up)))`` (derived here; LIEC-SGD's theorem was not available).
+    delta_up)))`` (this library's choice, not derived; LIEC-SGD's theorem was not available).
 
     The virtual iterate ``x~ = mean_i x_i - gamma e`` takes exact gradient steps
     ``x~ <- x~ - gamma mean_i g_i`` at the nodes' own models ``x_i``, which sit off it by the

@@ -52,7 +52,27 @@ def diana(L: float, L_max: float, omega: float, n: int) -> float:
     """DIANA, strongly convex with full gradients: ``1/(L + 6 omega L_max / n)`` with
     ``alpha = 1/(omega+1)``; Lyapunov ``||x - x*||^2 + (4 omega/(n alpha)) gamma^2 H`` contracts
     by ``max(1 - gamma mu, 1 - alpha/2)`` (theory sheet §2.8, [V-deriv]; same form as Gorbunov,
-    Hanzely & Richtárik 2020, arXiv 1905.11261)."""
+    Hanzely & Richtárik 2020, arXiv 1905.11261). The constant 6 is this derivation's; FL_PyTorch
+    uses ``1/(L_max (1 + 4 omega/n))`` (source not identified).
+
+    Derivation (``f`` ``mu``-strongly convex, each ``f_i`` convex and ``L_i``-smooth,
+    independent ``Q_i`` in ``U(omega)``, ``alpha <= 1/(omega+1)``): with ``u_i = grad f_i(x) -
+    grad f_i(x*)``, ``e_i = h_i - grad f_i(x*)``, ``H = mean_i ||e_i||^2``, ``D_f = f(x) - f*``
+    and ``Delta_i = grad f_i(x) - h_i = u_i - e_i``: (1) ``g = h + mean_i Q(Delta_i)`` is
+    unbiased and, by independence, ``E||g||^2 <= ||grad f(x)||^2 + (omega/n^2) sum_i
+    ||Delta_i||^2 <= 2 (L + 2 omega L_max/n) D_f + (2 omega/n) H``, using
+    ``||Delta_i||^2 <= 2||u_i||^2 + 2||e_i||^2``, ``||grad f(x)||^2 <= 2 L D_f`` and
+    ``mean_i ||u_i||^2 <= 2 L_max D_f``; (2) ``E||e_i^+||^2 = ||e_i||^2 + 2 alpha <e_i,
+    Delta_i> + alpha^2 E||Q(Delta_i)||^2 <= ||e_i||^2 + alpha (2 <e_i, Delta_i> +
+    ||Delta_i||^2) = (1 - alpha)||e_i||^2 + alpha ||u_i||^2`` (``alpha^2 (1 + omega) <=
+    alpha``), so ``E H^+ <= (1 - alpha) H + 2 alpha L_max D_f``; (3) ``<grad f(x), x - x*> >=
+    D_f + (mu/2)||x - x*||^2`` gives ``E||x^+ - x*||^2 <= (1 - gamma mu)||x - x*||^2 - 2 gamma
+    D_f + gamma^2 E||g||^2``. With ``V = ||x - x*||^2 + M gamma^2 H``, ``M = 4 omega/(n
+    alpha)``: the ``H`` coefficient is ``M gamma^2 (1 - alpha) + 2 gamma^2 omega/n = M gamma^2
+    (1 - alpha/2)``; the ``D_f`` coefficient is ``-2 gamma + 2 gamma^2 (L + 2 omega L_max/n) +
+    2 M gamma^2 alpha L_max = -2 gamma + 2 gamma^2 (L + 6 omega L_max/n)``, ``<= 0`` exactly
+    when ``gamma <= 1/(L + 6 omega L_max/n)``. Hence ``E V^+ <= max(1 - gamma mu,
+    1 - alpha/2) V``."""
     return 1.0 / (L + 6.0 * omega * L_max / n)
 
 

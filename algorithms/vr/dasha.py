@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
+from algorithms import provenance as pv
 from algorithms import stepsizes
 from algorithms.base import Theory
+from algorithms.provenance import Provenance
 from algorithms.vr.dasha_common import SOURCE, DASHABase, DASHAState, dasha_inputs
 from algorithms.vr.vr_common import need
 from comm.base import Comm
@@ -34,6 +37,12 @@ class DASHA(DASHABase):
     omega + 1)/n))`` and a re-derivation gives ``1/(L + L_tilde sqrt(2 omega (4 omega + 1)/n))``;
     see :mod:`algorithms.stepsizes.vr`). Reported: ``G = mean_i ||g_i - grad f_i(x)||^2``.
     """
+
+    provenance: ClassVar[Provenance] = pv.theorem(
+        "Tyurin & Richtárik 2022, arXiv 2202.01268 (ICLR 2023), Theorem 6.1 (nonconvex), its "
+        "constant 16 omega (2 omega + 1) as recalled, not checked [M] (the smallest of the "
+        "known versions); momentum a = 1/(2 omega + 1)"
+    )
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:

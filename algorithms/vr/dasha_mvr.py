@@ -5,8 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from algorithms import provenance as pv
 from algorithms import stepsizes
 from algorithms.base import Theory, check_count, check_unit, option
+from algorithms.provenance import Provenance
 from algorithms.vr.dasha_common import SOURCE, DASHABase, DASHAState, dasha_inputs
 from algorithms.vr.vr_common import (
     effective_omega,
@@ -48,6 +50,11 @@ class DASHAMVR(DASHABase):
     )
 
     stochastic: ClassVar[bool] = True
+    provenance: ClassVar[Provenance] = pv.theorem(
+        "Tyurin & Richtárik 2022, arXiv 2202.01268, DASHA-MVR's nonconvex theorem (Section 6; "
+        "its number not given here), constants as recalled [U]; b defaults to a = 1/(2 omega "
+        "+ 1), the library's choice (the theorem's b is not given here)"
+    )
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:

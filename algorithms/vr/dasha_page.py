@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from algorithms import provenance as pv
 from algorithms.base import Theory, check_count, check_unit, option
+from algorithms.provenance import Provenance
 from algorithms.vr.dasha_common import DASHABase, DASHAState, page_form_theory
 from algorithms.vr.vr_common import (
     P_HELP,
@@ -52,6 +54,11 @@ class DASHAPAGE(DASHABase):
 
     stochastic: ClassVar[bool] = True
     reports: ClassVar[tuple[str, ...]] = ("G", "sync")
+    provenance: ClassVar[Provenance] = pv.theorem(
+        "Tyurin & Richtárik 2022, arXiv 2202.01268, DASHA-PAGE's nonconvex theorem (Section 6; "
+        "its number not given here), constants as recalled [U]; p = B/(B + m) as the authors' "
+        "code"
+    )
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:

@@ -5,8 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from algorithms import provenance as pv
 from algorithms import stepsizes
 from algorithms.base import Theory, check_count, check_unit, option
+from algorithms.provenance import Provenance
 from algorithms.vr.dasha_common import DASHABase, DASHAState, page_form_theory
 from algorithms.vr.vr_common import (
     P_HELP,
@@ -62,6 +64,13 @@ class DASHASYNCMVR(DASHABase):
 
     stochastic: ClassVar[bool] = True
     reports: ClassVar[tuple[str, ...]] = ("G", "sync")
+    provenance: ClassVar[Provenance] = pv.borrowed(
+        "DASHA-PAGE",
+        "between synchronisations DASHA-SYNC-MVR runs MVR with b = 0, which is PAGE's "
+        "difference estimator, and a synchronisation (probability p) resets h_i and g_i to a "
+        "fresh gradient; the parameters of its own theorem (arXiv 2202.01268) are [U] and are "
+        "not used",
+    )
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:

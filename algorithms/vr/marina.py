@@ -7,8 +7,10 @@ from typing import ClassVar
 
 import torch
 
+from algorithms import provenance as pv
 from algorithms import stepsizes
 from algorithms.base import Algorithm, State, Theory, check_unit, option, regime_option
+from algorithms.provenance import Provenance
 from algorithms.vr.vr_common import (
     P_HELP,
     ab_kind,
@@ -60,6 +62,12 @@ class MARINA(Algorithm):
 
     needs: ClassVar[str] = "unbiased"
     reports: ClassVar[tuple[str, ...]] = ("sync",)
+    provenance: ClassVar[Provenance] = pv.theorem(
+        "Gorbunov, Burlachenko, Li & Richtárik 2021, arXiv 2102.07845, Theorem 2.1 "
+        "(nonconvex) and Theorem 2.2 (PL), in the refined L, L_tilde form of the authors' "
+        "later code; correlated compressors (PermK): the AB-inequality form of Szlendak, "
+        "Tyurin & Richtárik 2021, arXiv 2110.03300"
+    )
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:

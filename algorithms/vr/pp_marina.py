@@ -7,8 +7,10 @@ from typing import ClassVar
 
 import torch
 
+from algorithms import provenance as pv
 from algorithms import stepsizes
 from algorithms.base import Algorithm, Theory, check_unit, option
+from algorithms.provenance import Provenance
 from algorithms.vr.marina import MARINAState
 from algorithms.vr.vr_common import (
     P_HELP,
@@ -59,6 +61,11 @@ class PPMARINA(Algorithm):
 
     needs: ClassVar[str] = "unbiased"
     reports: ClassVar[tuple[str, ...]] = ("sync", "participation")
+    provenance: ClassVar[Provenance] = pv.theorem(
+        "Gorbunov, Burlachenko, Li & Richtárik 2021, arXiv 2102.07845, Theorem 4.1 "
+        "(PP-MARINA, nonconvex), in the refined L_tilde form (as FL_PyTorch); p = zeta_Q "
+        "r/(d n), the paper's suggestion as recalled [M]"
+    )
 
     @staticmethod
     def default_p(compressor, d: int, n: int, r: int) -> float:

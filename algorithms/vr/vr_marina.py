@@ -7,8 +7,10 @@ from typing import ClassVar
 
 import torch
 
+from algorithms import provenance as pv
 from algorithms import stepsizes
 from algorithms.base import Algorithm, State, Theory, check_count, check_unit, option
+from algorithms.provenance import Provenance
 from algorithms.vr.vr_common import (
     P_HELP,
     minibatch_p,
@@ -61,6 +63,11 @@ class VRMARINA(Algorithm):
     needs: ClassVar[str] = "unbiased"
     stochastic: ClassVar[bool] = True
     reports: ClassVar[tuple[str, ...]] = ("sync",)
+    provenance: ClassVar[Provenance] = pv.theorem(
+        "Gorbunov, Burlachenko, Li & Richtárik 2021, arXiv 2102.07845, Theorem 3.1 "
+        "(VR-MARINA, nonconvex), in the refined L, L_tilde form of the authors' later code; "
+        "p = min(zeta_Q/d, b'/(m + b'))"
+    )
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:

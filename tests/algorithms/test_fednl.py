@@ -62,7 +62,8 @@ def test_rounds_match_the_reference(logreg, option):
     state = algo.init(torch.zeros(p.d, dtype=torch.float64), p, comm)
     x, H_i = state.x, p.hess(state.x).numpy()
     D = tri_size(p.d)
-    alpha = 1 - math.sqrt(1 - k / D)
+    # Option 1: the theory's 1 - sqrt(1 - delta); Option 2 (the default): 1, upd_rule 2
+    alpha = 1 - math.sqrt(1 - k / D) if option == 1 else 1.0
     assert algo.alpha == pytest.approx(alpha)
     for _ in range(4):
         before = state
@@ -107,7 +108,7 @@ def test_bits_per_round_are_the_payload_formula(logreg, option, extra):
 
 def test_superlinear_at_the_theory_parameters(logreg):
     p = logreg
-    algo, rec = FedNL.configure(p, parse_spec(f"topk:k={3 * p.d}"))
+    algo, rec = FedNL.configure(p, parse_spec(f"topk:k={3 * p.d}"), option=1)
     assert rec["gamma"] == 1.0 and rec["params"]["mu"] == pytest.approx(1e-3)
     comm = SimulatedComm(p.n, seed=0)
     state = algo.init(p.x_star + 0.15, p, comm)
@@ -158,8 +159,8 @@ def test_bad_options_and_problems_are_refused(logreg):
         FedNL.configure(make_problem("mlp", nodes=2), C, step=1.0)
     nonconvex = make_problem("logreg-nonconvex", nodes=2, samples=40, features=3)
     with pytest.raises(ValueError, match="give --mu or use --option 2"):
-        FedNL.configure(nonconvex, C)
-    FedNL.configure(nonconvex, C, option=2)  # Option 2 needs no mu
+        FedNL.configure(nonconvex, C, option=1)
+    FedNL.configure(nonconvex, C)  # Option 2 (the default) needs no mu
 
 
 def test_runner(tmp_path):
@@ -202,7 +203,7 @@ def test_gloo_matches_the_simulation_on_the_quadratic(tmp_path, nproc):
 def test_rank_one_hessian_compression_converges_at_its_payload(logreg):
     # The paper's Rank-1 (compressors.symrank): one eigenpair, 32 (d + 1) bits per node per round.
     p = logreg
-    algo, _ = FedNL.configure(p, parse_spec("symrank:r=1"))
+    algo, _ = FedNL.configure(p, parse_spec("symrank:r=1"), option=1)
     assert algo.alpha == pytest.approx(1 - math.sqrt(1 - 1 / p.d))  # delta = r/d on svec rows
     comm = SimulatedComm(p.n, seed=0)
     state = algo.init(p.x_star + 0.15, p, comm)

@@ -331,11 +331,21 @@ CASES: list[Case] = [
         ["--checkpoint-every", "-2"],
         r"--checkpoint-every must be >= 1, got -2",
     ),  # fmt: skip
-    opt("run-step-negative", ["--step", "-0.1"], r"--step must be 'theory' or a positive float"),
     opt(
-        "run-step-nan", ["--step", "nan"], r"--step must be 'theory' or a positive float, got 'nan"
+        "run-step-negative",
+        ["--step", "-0.1"],
+        r"--step must be 'default', 'theory' or a positive float",
     ),
-    opt("run-step-word", ["--step", "fast"], r"--step must be 'theory' or a positive.*'fast'"),
+    opt(
+        "run-step-nan",
+        ["--step", "nan"],
+        r"--step must be 'default', 'theory' or a positive float, got 'nan",
+    ),
+    opt(
+        "run-step-word",
+        ["--step", "fast"],
+        r"--step must be 'default', 'theory' or a positive.*'fast'",
+    ),
     opt("run-step-mult-zero", ["--step-mult", "0"], r"--step-mult must be a positive number"),
     opt("run-step-mult-inf", ["--step-mult", "inf"], r"--step-mult must be a positive.*got inf"),
     opt(

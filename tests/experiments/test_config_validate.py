@@ -119,9 +119,9 @@ def test_methods_differing_in_a_flag_pass():
         ({"methods": [{"algorithm": "ef21", "log_every": 0}]},
          "methods[0].log_every = 0: --log-every must be >= 1, got 0"),
         ({"grid": {"step": ["theory", "fast"]}},
-         "grid.step = 'fast': --step must be 'theory' or a positive float, got 'fast'"),
+         "grid.step = 'fast': --step must be 'default', 'theory' or a positive float, got 'fast'"),
         ({"grid": {"step": [0.1, "inf"]}},
-         "grid.step = 'inf': --step must be 'theory' or a positive float, got 'inf'"),
+         "grid.step = 'inf': --step must be 'default', 'theory' or a positive float, got 'inf'"),
     ],
 )  # fmt: skip
 def test_the_runners_option_checks_name_the_key_and_value(over, message):
