@@ -100,6 +100,7 @@ from experiments.reproduce_records import (  # noqa: F401
     _listing,
     golden_record,
     recorded,
+    registration_problem,
     results_record,
 )
 from experiments.reproduce_verdict import (  # noqa: F401
@@ -292,6 +293,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.record and args.quick:
         sys.stderr.write("error: --record records a full run: not with --quick\n")
         return EXIT_BAD_INPUT
+    if args.record and (why := registration_problem(PAPERS / args.name, recorded(args.name))):
+        sys.stderr.write(f"error: --record: {why}\n")
+        return EXIT_BAD_INPUT
     out = (
         Path(args.out)
         if args.out is not None
@@ -336,9 +340,12 @@ def main(argv: list[str] | None = None) -> int:
             "Rerunning the same command resumes them\n"
         )
         return EXIT_BAD_INPUT
+    if args.record and (why := registration_problem(PAPERS / args.name, recorded(args.name))):
+        sys.stderr.write(f"error: --record: {why} (it changed during the run): nothing recorded\n")
+        return EXIT_BAD_INPUT
     if args.record:
         path = PAPERS / args.name / "results.json"
-        record = results_record(verdict, argv, recorded(args.name))
+        record = results_record(verdict, argv, recorded(args.name), PAPERS / args.name)
         path.write_text(json.dumps(record, indent=2) + "\n")
         sys.stdout.write(f"results recorded in {path}\n")
     return EXIT_HOLDS if verdict["holds"] else EXIT_FAILS

@@ -5,10 +5,13 @@ text built from them."""
 from __future__ import annotations
 
 import datetime
+import hashlib
 import json
 import shlex
 import shutil
+import subprocess
 import textwrap
+from pathlib import Path
 from typing import Any
 
 from experiments.reproduce_config import (
@@ -44,8 +47,61 @@ def golden_record(verdict: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+# ------------------------------------------------------------------ pre-registration
+CLAIM_FILE = "config.toml"  # the claim, its setting, tolerance and verdict rule
+
+
+def claim_sha256(folder: Path) -> str:
+    """The SHA-256 of a reproduction's claim file (``config.toml``), as recorded."""
+    return hashlib.sha256((folder / CLAIM_FILE).read_bytes()).hexdigest()
+
+
+def _git(folder: Path, *args: str) -> str | None:
+    """``git -C folder ARGS``'s output, or None where git or a repository is missing."""
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(folder), *args], capture_output=True, text=True, timeout=30
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def claim_commit(folder: Path) -> str | None:
+    """The commit that last changed the claim file, or None (no git, or not committed)."""
+    return _git(folder, "log", "-1", "--format=%H", "--", CLAIM_FILE) or None
+
+
+def registration_problem(folder: Path, previous: dict[str, Any] | None) -> str | None:
+    """Why ``--record`` must refuse, or None. A claim is pre-registered by committing its
+    ``config.toml`` before its results: recording refuses a claim file with changes not
+    committed (in a git checkout), and results whose recorded claim hash is not the claim file's
+    now (the recorded verdicts belong to the claim they were made under)."""
+    status = _git(folder, "status", "--porcelain", "--", CLAIM_FILE)
+    if status:
+        return (
+            f"{folder / CLAIM_FILE} has changes not committed: a claim is pre-registered by "
+            "committing it before its results are recorded; commit it, then record"
+        )
+    if previous and previous.get("runs"):
+        old = (previous.get("claim") or {}).get("sha256")
+        now = claim_sha256(folder)
+        if old != now:
+            was = f"sha256 {old[:12]}" if old else "no recorded hash"
+            return (
+                f"{folder / CLAIM_FILE} is not the claim its recorded results were made under "
+                f"({was} in results.json, {now[:12]} now): a changed claim is a new "
+                "pre-registration. Keep the old verdicts beside it: move results.json to "
+                f"results-{(old or 'unhashed')[:12]}.json, then record"
+            )
+    return None
+
+
 def results_record(
-    verdict: dict[str, Any], argv: list[str], previous: dict[str, Any] | None
+    verdict: dict[str, Any],
+    argv: list[str],
+    previous: dict[str, Any] | None,
+    folder: Path | None = None,
 ) -> dict[str, Any]:
     """What ``--record`` writes to ``experiments/papers/NAME/results.json``.
 
@@ -64,7 +120,20 @@ def results_record(
         "command": "python -m experiments.reproduce " + shlex.join(argv),
         "verdict": verdict,
     }
-    return {"runs": dict(sorted(runs.items()))}
+    out: dict[str, Any] = {}
+    if folder is not None:
+        out["claim"] = {
+            "file": CLAIM_FILE,
+            "sha256": claim_sha256(folder),
+            "commit": claim_commit(folder),
+        }
+    elif previous and previous.get("claim"):
+        out["claim"] = previous["claim"]
+    for key_kept in ("registration", "original_claim"):
+        if previous and key_kept in previous:
+            out[key_kept] = previous[key_kept]
+    out["runs"] = dict(sorted(runs.items()))
+    return out
 
 
 def recorded(name: str) -> dict[str, Any] | None:
@@ -95,7 +164,16 @@ def _listing() -> str:
 
     names = available()
     pad = max([18, *(len(n) + 2 for n in names)])
-    lines: list[tuple[str, str]] = []  # (first column, text)
+    lines: list[tuple[str | None, str]] = [  # (first column, or None for a full-width line)
+        (None, "Each reproduction states a paper's claim, its setting, tolerance and verdict "
+               "rule in its config.toml, committed before its results (pre-registered; "
+               "results.json records the file's SHA-256). 'holds': the claim as stated was "
+               "reproduced here. 'FAILS': the claim as stated is not reproduced in this setting; "
+               "the numbers are in the reproduction's README.md and results.json. It is a "
+               "finding about the claim here, not an error of the library; a FAILS verdict "
+               "exits 1."),
+        (None, ""),
+    ]  # fmt: skip
     for name in names:
         try:
             lines.append((name, load_paper(name).claim.statement))
@@ -108,6 +186,22 @@ def _listing() -> str:
         except (ValueError, OSError, tomllib.TOMLDecodeError) as exc:
             lines.append((name, f"(broken config: {exc})"))
         rec = recorded(name)
+        reg = (rec or {}).get("registration")
+        if reg is not None:
+            said = (
+                f"pre-registered: yes (claim committed in {reg['claim_commit'][:7]}, before its "
+                f"first results in {reg['first_results_commit'][:7]})"
+                if reg.get("preregistered")
+                else "pre-registered: not shown (claim and first results committed together in "
+                f"{reg['claim_commit'][:7]})"
+            )
+            lines.append(("", said))
+        orig = (rec or {}).get("original_claim")
+        if orig is not None:
+            lines.append(
+                ("", f"original claim ({orig['commit'][:7]}, replaced after it failed or before "
+                     f"any full run): {orig['statement']}: {orig['verdict']} (quick version)")
+            )  # fmt: skip
         if rec is None or not rec["runs"]:
             try:
                 gold = json.loads((PAPERS / name / "golden.json").read_text())
@@ -125,10 +219,11 @@ def _listing() -> str:
     width = max(shutil.get_terminal_size(fallback=(100, 24)).columns, pad + 30)
     out = []
     for first, text in lines:
+        lead, rest = ("", "") if first is None else (f"{first:<{pad}}", " " * pad)
         out += textwrap.wrap(
-            text, width, initial_indent=f"{first:<{pad}}", subsequent_indent=" " * pad,
+            text, width, initial_indent=lead, subsequent_indent=rest,
             break_long_words=False, break_on_hyphens=False,
-        ) or [first]  # fmt: skip
+        ) or [first or ""]  # fmt: skip
     for line in datasets.listing():  # indented: a line at the margin names a reproduction
         text = line.lstrip()
         lead = " " * (2 + len(line) - len(text))

@@ -15,7 +15,9 @@ Claims:
 Power (``--power``): the mechanism without the finest-level fallback (the coarsest level sent
 whenever nothing passes), without error feedback (compressing ``x`` itself instead of
 ``x - h``), and ``B`` computed without ``zeta`` (``zeta`` larger than EF21's ``beta``) must
-violate claim 1.
+violate claim 1. Claim 2 is a rate (``rate=True``): ``step/10``, AdaCGD at a tenth of its PL
+step with the rate still ``(1 - gamma mu)^T`` at the PL step, must violate it (fast: the run at
+``gamma/10`` keeps 0.068 of ``f - f*`` against the rate's 0.0037; the correct run keeps 1e-7).
 """
 
 from __future__ import annotations
@@ -78,10 +80,15 @@ def worst_ratio(zeta: float, variant: str | None, rows: int) -> tuple[float, flo
     return float((err / bound).max()), A, B
 
 
-def _pl_rate(fast: bool) -> tuple[float, float]:
-    """``(measured (f(x^T) - f*)/(f(x^0) - f*), (1 - gamma mu)^T)``."""
-    p = make_problem("quadratic", nodes=5, lam=0.2, dim=D, seed=0, L_pm=0.5, zeta2=5.0)
+def _pl_rate(fast: bool, variant: str | None = None) -> tuple[float, float]:
+    """``(measured (f(x^T) - f*)/(f(x^0) - f*), (1 - gamma mu)^T)`` at the PL step ``gamma``;
+    the ``step/10`` variant runs at ``gamma/10``, the rate staying at ``gamma``."""
+    p = make_problem("quadratic", nodes=5, lam=0.2, dim=D, seed=0, L_pm=0.5, zeta2=5.0,
+                     dtype=torch.float64)  # fmt: skip
     algo, _ = AdaCGD.configure(p, parse_spec(FINEST), levels=LEVELS)
+    gamma = algo.gamma
+    if variant == "step/10":
+        algo = AdaCGD.configure(p, parse_spec(FINEST), levels=LEVELS, step=gamma / 10.0)[0]
     T = 150 if fast else 500
     comm = SimulatedComm(p.n, seed=0)
     s = algo.init(p.x0, p, comm)
@@ -89,7 +96,7 @@ def _pl_rate(fast: bool) -> tuple[float, float]:
     for _ in range(T):
         s, _ = algo.step(s, p, comm)
     gap = max(float(p.loss(s.x)) - p.consts.f_star, 0.0)
-    return gap / f0, (1 - algo.gamma * p.consts.mu) ** T
+    return gap / f0, (1 - gamma * p.consts.mu) ** T
 
 
 VARIANTS = (
@@ -99,6 +106,8 @@ VARIANTS = (
             "(no error feedback): the error does not shrink with ||h - y||"),
     Variant("zeta-dropped", "wrong-constant", "B = (1 - delta_m)/A without max(zeta, .): a "
             "skip with zeta > beta leaves an error above B||x - y||^2"),
+    Variant("step/10", "step-too-small", "AdaCGD at a tenth of its PL step, judged against "
+            "the rate (1 - gamma mu)^T at the PL step (claim 2)"),
 )  # fmt: skip
 
 
@@ -117,7 +126,7 @@ def _adaptive_3pc(fast: bool, variant: str | None = None) -> list[Outcome]:
                 1 - r,
             )
         )
-    ratio, bound = _pl_rate(fast)
+    ratio, bound = _pl_rate(fast, variant)
     out.append(
         Outcome(
             "quadratic n=5, d=10, mu=0.2, L_pm=0.5, PL step",
@@ -133,5 +142,5 @@ def _adaptive_3pc(fast: bool, variant: str | None = None) -> list[Outcome]:
 
 CHECKS = [
     Check("adacgd.adaptive-is-3pc", PAPER, single_threaded(_adaptive_3pc), fast=True,
-          variants=VARIANTS),
+          variants=VARIANTS, rate=True),
 ]  # fmt: skip

@@ -71,6 +71,7 @@ KINDS = (
     "no-variance-reduction",  # p = 1, DCGD at the method's step, no shift
     "wrong-shift",  # a shift / momentum / estimator step other than theory's
     "step-too-large",  # the step times the smallest c at which theory no longer guarantees
+    "step-too-small",  # a tenth of the theory step: valid, but far slower than the claimed rate
     "no-amsgrad",  # COMP-AMS without its AMSGrad normalisation
     "wrong-constant",  # a constant (L, L_tilde, omega, delta, mu, ...) other than the true one
     "other",
@@ -107,7 +108,11 @@ class Check:
             ``variant`` is ``None`` (the correct method) or a :class:`Variant` name; ``fast``
             asks for the reduced version (fewer seeds/iterations).
         fast: whether the check belongs to the fast subset run by the test suite.
-        variants: the broken variants the check must reject (``--power``).
+        variants: the broken variants the check must reject (``--power``); at least two.
+        rate: the claim is a rate (a contraction factor, an iteration count, an ``O(1/T)``
+            decrease measured against the theory step's constant), not only a bound that any
+            smaller step also meets: such a check names a ``step-too-small`` variant (a tenth
+            of the theory step, judged against the theory step's rate) and must reject it.
     """
 
     name: str
@@ -115,6 +120,7 @@ class Check:
     fn: Callable[..., list[Outcome]]
     fast: bool = True
     variants: tuple[Variant, ...] = ()
+    rate: bool = False
 
     def __post_init__(self) -> None:
         names = [v.name for v in self.variants]

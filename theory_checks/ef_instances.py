@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -17,6 +18,7 @@ from theory_checks.base import single_threaded
 
 __all__ = [
     "BEZ_A",
+    "DecayedEF14",
     "beznosikov",
     "f_gap",
     "heterogeneous_ridge",
@@ -60,6 +62,33 @@ def run(
     return state, obs
 
 
+@dataclass(frozen=True)
+class DecayedEF14:
+    """EF14 with a decayed memory, ``e_i^{t+1} = keep (p_i - C(p_i))`` instead of ``p_i -
+    C(p_i)``: a broken variant (not a method of the library), for the checks' power. The part
+    ``(1 - keep)(p_i - C(p_i))`` is lost each step, so the virtual iterate no longer follows
+    gradient descent and a bias like DCGD's (``O(gamma)``, not EF14's ``O(gamma^2)``) remains.
+    Runs the library's EF14 step, then scales the memory it kept."""
+
+    ef14: Any
+    keep: float = 0.5
+
+    @property
+    def gamma(self) -> float:
+        return self.ef14.gamma
+
+    @property
+    def compressor(self) -> Any:
+        return self.ef14.compressor
+
+    def init(self, x0: torch.Tensor, problem: Any, comm: Any) -> Any:
+        return self.ef14.init(x0, problem, comm)
+
+    def step(self, state: Any, problem: Any, comm: Any) -> tuple[Any, Any]:
+        state, info = self.ef14.step(state, problem, comm)
+        return replace(state, e_i=state.e_i * self.keep), info
+
+
 def tight_quadratic(bottom: bool = False) -> LeastSquares:
     """A quadratic on which the descent-lemma part of the EF21/3PC proofs is exact.
 
@@ -75,7 +104,18 @@ def tight_quadratic(bottom: bool = False) -> LeastSquares:
     With ``bottom``: ``h_1 = (12, 9, 7, 6)``, ``h_2 = (8, 7, 5, 4)``, so ``H = diag(10, 8, 6,
     5)``, ``mu = L/2`` and the PL step ``min(1/L, theta/(2 mu))`` is ``1/L`` from both terms;
     ``x^0 = x* + e_1 + e_4``. A step ``c/L`` keeps the top mode at ``(1 - c)^2`` per step
-    against the rate ``1 - c/2``: the PL theorem's bound fails for every ``c > 1.5``."""
+    against the rate ``1 - c/2``: the PL theorem's bound fails for every ``c > 1.5``.
+
+    Too small a step falls short of the theorems' rates *at the theory step* ``1/L`` (the
+    step-too-small variants, ``c = 0.1``): on the top mode ``f - f*`` keeps ``(1 - c)^2`` per step
+    (``0.81``), so it decreases by ``c (2 - c) < 1`` times the ``(gamma/2)||grad f||^2`` that the
+    one-step inequality asks at ``gamma = 1/L``, the average ``||grad f||^2`` is about
+    ``1/(c (2 - c))`` (5.3) times the nonconvex bound, and with ``bottom`` the contraction
+    ``0.81 > 1 - gamma mu = 1/2`` misses the PL rate (every ``c < 1 - 1/sqrt(2)``).
+
+    Built in float64 (explicitly): the bounds are attained here, so the checks' margins on the
+    correct method are at rounding level (``1e-16``..``1e-12``); float32 or another BLAS could
+    flip their sign without a bug."""
     if bottom:
         h = np.array([[12.0, 9.0, 7.0, 6.0], [8.0, 7.0, 5.0, 4.0]])
     else:
@@ -83,7 +123,7 @@ def tight_quadratic(bottom: bool = False) -> LeastSquares:
     c = np.array([[1.0, -2.0, 0.5, 3.0], [-1.0, 1.0, 2.5, -1.0]])
     A = np.concatenate([2.0 * np.diag(np.sqrt(hi)) for hi in h])
     b = np.concatenate([2.0 * np.sqrt(hi) * ci for hi, ci in zip(h, c, strict=True)])
-    P = LeastSquares(A, b, np.full(2, 4), lam=0.0, x0="zeros")
+    P = LeastSquares(A, b, np.full(2, 4), lam=0.0, x0="zeros", dtype=torch.float64)
     e = torch.zeros(4, dtype=P.x0.dtype)
     e[0] = 1.0
     e[3] = 1.0 if bottom else 0.0

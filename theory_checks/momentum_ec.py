@@ -20,6 +20,11 @@ gradients, so one run per setting), and asks, per setting:
 - the residual is second order in the step: tail(``gamma``)/tail(``gamma/4``) >= 8
   (``O(gamma^2)`` predicts 16).
 
+Neither check is a rate check (``rate=False``): with neither theorem readable there is no rate
+constant to hold a run to; the claim is the order in ``gamma`` of the plateau the compensation
+leaves (a ratio of two plateaus), which every step in the method's range shares, and ``T``
+(``4 T`` at ``gamma/4``) is a budget long enough to reach both plateaus.
+
 Problems: the nonconvex logistic regression of the theory sheet §3.2 (5 nodes, ``d = 10``,
 ``x^0 ~ N(0, I)``; fast and full) and the ridge of §3.6 (10 nodes; full only, which also adds
 Top-1).

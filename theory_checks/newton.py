@@ -13,9 +13,15 @@ contraction ``||x^{k+1} - x*||^2/||x^k - x*||^2`` over the last three rounds at 
 smaller than over the first two (superlinear; a fixed Hessian gives a constant ratio).
 
 Power: ``alpha = 0`` (no Hessian learning: Newton with the stale ``grad^2 f_i(x^0)``, linear
-only, ``calH`` constant) and ``alpha = 1`` with Rand-K (above the unbiased theory's
-``1/(omega + 1)``: the learned Hessians' error grows) must fail. The full version adds a
-first-order baseline: DIANA at its theory step needs orders of magnitude more rounds.
+only, ``calH`` constant), ``alpha = 1`` with Rand-K (above the unbiased theory's
+``1/(omega + 1)``: the learned Hessians' error grows) and a tenth of the unit Newton step
+(``step/10``: ``gamma = 0.1``, the theory's ``alpha``; a damped Newton method, valid but linear
+with factor about ``0.81`` in ``||x - x*||^2``) must fail. The full version adds a first-order
+baseline: DIANA at its theory step needs orders of magnitude more rounds.
+
+The claims are rates (``rate=True``): the ``2^-k`` bound is the Theorem's at the unit step, and
+``step/10`` breaks it (and the superlinear contraction) whatever the Hessians learn. Newton-3PC
+(below) is checked the same way, with the same ``step/10`` variant.
 """
 
 from __future__ import annotations
@@ -46,7 +52,14 @@ VARIANTS = (
         "Rand-K with alpha = 1 > 1/(omega + 1): unbiased "
         "compressed Hessian differences applied in full, their variance accumulates",
     ),
+    Variant(
+        "step/10",
+        "step-too-small",
+        "Newton step gamma = 0.1 (a tenth of the unit step), theory's alpha: a damped Newton "
+        "method, linear with factor ~0.81 in ||x - x*||^2, judged against the unit step's 2^-k",
+    ),
 )
+STEP_MULT = {"step/10": 0.1}
 
 
 def instance(seed: int = 1):
@@ -119,7 +132,7 @@ def _fednl(fast: bool, variant: str | None = None) -> list[Outcome]:
             opts["alpha"] = 0.0
         if variant == "randk-alpha=1" and name == "randk":
             opts["alpha"] = 1.0
-        algo, _ = FedNL.configure(p, spec, **opts)
+        algo, _ = FedNL.configure(p, spec, step_mult=STEP_MULT.get(variant, 1.0), **opts)
         errs, H = trajectory(algo, p, x0, T)
         runs[name] = errs
         setting = f"{name}:k={3 * d}, alpha={algo._alpha(d * (d + 1) // 2):.3g}"
@@ -146,7 +159,7 @@ def _fednl(fast: bool, variant: str | None = None) -> list[Outcome]:
 
 
 CHECKS: list[Check] = [
-    Check("fednl.local-superlinear", PAPER, single_threaded(_fednl), variants=VARIANTS),
+    Check("fednl.local-superlinear", PAPER, single_threaded(_fednl), variants=VARIANTS, rate=True),
 ]
 
 
@@ -163,6 +176,12 @@ N3PC_VARIANTS = (
         "H is no longer mean_i H_i",
     ),
     Variant("frozen", "wrong-shift", "no Hessian learning: the nodes keep H_i^0"),
+    Variant(
+        "step/10",
+        "step-too-small",
+        "Newton step gamma = 0.1 (a tenth of the unit step): damped, linear with factor ~0.81, "
+        "judged against the unit step's 2^-k",
+    ),
 )
 
 
@@ -201,11 +220,13 @@ def n3pc_trajectory(algo, problem, x0: torch.Tensor, T: int, seed: int = 0):
 def _newton_3pc(fast: bool, variant: str | None = None) -> list[Outcome]:
     p = instance()
     d, T, prob = p.d, 10, 0.5
-    cls = {None: Newton3PC, "mean-of-senders": _MeanOfSenders, "frozen": _Frozen}[variant]
+    classes = {"mean-of-senders": _MeanOfSenders, "frozen": _Frozen}
+    cls = classes.get(variant, Newton3PC)
     seeds = (0,) if fast else (0, 1, 2, 3)
     out: list[Outcome] = []
     for seed in seeds:
-        algo, _ = cls.configure(p, parse_spec(f"topk:k={3 * d}"), mechanism="cbag", p=prob)
+        algo, _ = cls.configure(p, parse_spec(f"topk:k={3 * d}"), mechanism="cbag", p=prob,
+                                step_mult=STEP_MULT.get(variant, 1.0))  # fmt: skip
         errs, H, sent = n3pc_trajectory(algo, p, p.x_star + 0.15, T, seed=seed)
         setting = f"CBAG p={prob:g}, topk:k={3 * d}, seed {seed}"
         out += fednl_outcomes(errs, H, setting)
@@ -221,5 +242,11 @@ def _newton_3pc(fast: bool, variant: str | None = None) -> list[Outcome]:
 
 
 CHECKS.append(
-    Check("newton-3pc.cbag-local", N3PC_PAPER, single_threaded(_newton_3pc), variants=N3PC_VARIANTS)
+    Check(
+        "newton-3pc.cbag-local",
+        N3PC_PAPER,
+        single_threaded(_newton_3pc),
+        variants=N3PC_VARIANTS,
+        rate=True,
+    )
 )

@@ -37,7 +37,8 @@ class RoSDHB(ByzantineAlgorithm):
     momentum ``m_i^t = beta m_i^{t-1} + (1 - beta) tilde g_i`` (``m_i^{-1} = 0``) and steps
     ``x^{t+1} = x^t - gamma ARAgg(m_1^t, ..., m_n^t)`` (the authors aggregate by a trimmed
     mean; here any ``--aggregator``). A compressor without shared randomness runs too, but is
-    not the paper's method (independent masks: see the check ``byzantine.rosdhb_coordinated``).
+    not the paper's method, and no check covers it: ``byzantine.rosdhb_converges`` checks the
+    coordinated masks only (``randk:k=2,shared=true``, IPM, ALIE and bit flipping).
     Byzantine nodes (the last ``K`` ids) set the server's copy of their momenta to what the attack
     computes from the honest momenta (a stronger attacker than one limited to the masked
     coordinates).

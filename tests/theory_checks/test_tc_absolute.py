@@ -16,9 +16,14 @@ from theory_checks.base import run_power
 def test_checks_name_variants():
     kinds = {c.name: {v.kind for v in c.variants} for c in absolute.CHECKS}
     assert kinds["absolute.declared-constants"] == {"wrong-constant"}
-    assert {"no-error-feedback", "step-too-large"} <= kinds["absolute.ec-sgd-neighbourhood"]
-    assert {"no-variance-reduction", "wrong-shift"} <= kinds["absolute.ec-lsvrg-no-variance-term"]
+    assert {"no-error-feedback", "step-too-large", "step-too-small"} <= kinds[
+        "absolute.ec-sgd-neighbourhood"
+    ]
+    assert {"no-variance-reduction", "wrong-shift", "step-too-small"} <= kinds[
+        "absolute.ec-lsvrg-no-variance-term"
+    ]
     assert all(c.fast for c in absolute.CHECKS)
+    assert [c.rate for c in absolute.CHECKS] == [False, True, True]
 
 
 def test_constant_check_fails_a_halved_declaration():
@@ -26,6 +31,9 @@ def test_constant_check_fails_a_halved_declaration():
     assert absolute.check_absolute(c, fast=True).passed
     bad = absolute.check_absolute(c, fast=True, declared=0.5 * c.abs_delta_sq(absolute.D))
     assert not bad.passed and bad.margin < 0
+    # a loose declaration (4 Delta^2) holds, but its worst case is far from attaining it
+    loose = absolute.check_absolute(c, fast=True, declared=4 * c.abs_delta_sq(absolute.D))
+    assert not loose.passed and loose.margin == pytest.approx(0.25 / 0.9 - 1, rel=1e-4)
 
 
 def test_no_ec_sends_the_compressed_step_and_keeps_no_memory():

@@ -30,6 +30,13 @@ def test_the_correct_mechanism_holds_and_the_variants_break_it():
     assert tc.worst_ratio(4.0, "zeta-dropped", 2000)[0] > 1
 
 
+def test_a_tenth_of_the_step_misses_the_rate_at_the_pl_step():
+    ratio, bound = tc._pl_rate(True)
+    assert ratio <= bound
+    ratio, bound_small = tc._pl_rate(True, "step/10")
+    assert bound_small == bound and ratio > bound
+
+
 @pytest.mark.slow
 def test_the_full_check_passes():
     assert all(o.passed for o in tc._adaptive_3pc(False))

@@ -25,7 +25,7 @@ def test_checks_name_variants():
     assert {"wrong-shift", "no-variance-reduction", "other"} <= kinds[
         "bidirectional.mcm-preserved-model"
     ]
-    assert all(c.fast for c in bd.CHECKS)
+    assert all(c.fast and c.rate and "step-too-small" in kinds[c.name] for c in bd.CHECKS)
 
 
 def test_verdicts_can_fail():
@@ -35,6 +35,22 @@ def test_verdicts_can_fail():
     assert bd.stall_outcome("s", 0.1, "m").passed and not bd.stall_outcome("s", 1e-6, "m").passed
     assert bd.proportional_outcome("s", ((60.0, 0.06), (240.0, 0.25))).passed
     assert not bd.proportional_outcome("s", ((60.0, 0.06), (240.0, 0.06))).passed  # flat
+
+
+def test_artemis_rate_is_the_derived_lyapunov_contraction():
+    p = ridge()
+    algo, rec = bd.Artemis.configure(p, parse_spec("qsgd:levels=4"), participation=0.5)
+    rho, V0 = bd.artemis_lyapunov(p, rec)
+    w, g = 0.3125, algo.gamma  # QSGD, 4 levels, d = 20: omega = d/s^2 = 20/16
+    alpha = 1 / (2 * (w + 1))
+    assert rho == pytest.approx(max(1 - g * p.consts.mu, 1 - alpha / 4))
+    H0 = float((p.grad(p.x_star) ** 2).sum(1).mean())
+    M = 4 * (1 + w) * ((1 + w) / 0.5 - 1) / (p.n * alpha * 0.5)
+    assert V0 == pytest.approx(float((p.x_star**2).sum()) + M * g**2 * H0)
+    assert bd.rate_outcome("s", 1e-12, 0.5, 1.0, 10).passed  # bound 9.8e-4
+    assert not bd.rate_outcome("s", 1e-2, 0.5, 1.0, 10).passed
+    assert bd.at_step(algo, "step/10").gamma == pytest.approx(algo.gamma / 10)
+    assert bd.at_step(algo, None) is algo
 
 
 def _fields(algo):

@@ -18,9 +18,10 @@ def test_checks_name_their_variants():
     kinds = {c.name: {v.kind for v in c.variants} for c in byzantine.CHECKS}
     assert kinds["byzantine.vr_antidote"] == {"other", "no-variance-reduction"}
     assert kinds["byzantine.dasha_page_antidote"] == {"other", "no-variance-reduction"}
-    assert kinds["byzantine.ef21_exact"] == {"other", "no-error-feedback"}
+    assert kinds["byzantine.ef21_exact"] == {"other", "no-error-feedback", "step-too-small"}
     assert kinds["byzantine.rosdhb_converges"] == {"other", "wrong-shift"}
     assert all(c.fast for c in byzantine.CHECKS)
+    assert [c.rate for c in byzantine.CHECKS] == [False, False, True, False]
 
 
 def test_instance_is_homogeneous():

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -33,6 +34,18 @@ def test_the_bounds_are_the_derived_formulas():
     assert tc.cafe_s_bound(2.0, 0.5, 10, delta, 1.0, 0.5) == pytest.approx(0.8 + 0.9 * 1.5)
     assert tc._rounds_to(torch.tensor([3.0, 2.0, 0.5, 0.1]).numpy(), 1.0) == 2
     assert tc._rounds_to(torch.tensor([3.0]).numpy(), 1.0) == math.inf
+
+
+def test_the_bound_is_checked_at_every_horizon():
+    g = np.array([4.0, 1.0, 1.0, 1.0, 1.0])  # running means 4, 2.5, 2, 1.75
+    ok = tc.horizon_outcome("s", g, lambda t: 1.0 + 4.0 / t, 4, "1 + 4/T'")
+    assert ok.passed and "worst T' = 4" in ok.measured  # margins 0.2, 0.17, 0.14, 0.125
+    assert ok.margin == pytest.approx(1 - 1.75 / 2.0)
+    # the bound holds at T' = 4 (1.75 <= 2) but not at T' = 1 (4 > 3): rejected
+    late = tc.horizon_outcome("s", g, lambda t: 3.0 - 0.25 * t, 4, "-")
+    assert not late.passed and late.margin == pytest.approx(1 - 4 / 2.75)
+    assert not tc.horizon_outcome("s", np.array([np.inf, 1.0]), lambda t: 1.0, 1, "-").passed
+    assert all(c.rate and "step-too-small" in {v.kind for v in c.variants} for c in tc.CHECKS)
 
 
 @pytest.mark.parametrize("cls, broken", [(CAFe, tc._NoAddBack), (CAFeS, tc._ServerNoAddBack)])

@@ -19,13 +19,15 @@ def test_checks_name_variants():
     kinds = {c.name: {v.kind for v in c.variants} for c in contrasts_vr.CHECKS}
     assert {"no-variance-reduction", "wrong-shift"} <= kinds["contrast.dcgd-vs-diana-plateau"]
     assert {"no-variance-reduction", "wrong-shift"} <= kinds["contrast.dasha-vs-marina-bits"]
-    assert kinds["contrast.diana-linear-speedup"] == {"other"}
+    assert kinds["contrast.diana-linear-speedup"] == {"other", "wrong-shift"}
+    # a plateau level, a comparison of bits, a ratio of noise floors: no rate claim
+    assert not any(c.rate for c in contrasts_vr.CHECKS)
 
 
 @pytest.mark.slow
-def test_speedup_check_rejects_shared_noise():
+def test_speedup_check_rejects_shared_noise_and_a_full_shift_step():
     rows = run_power(contrasts_vr.CHECKS[2], False)
-    assert [r.verdict for r in rows] == ["pass", "rejected"], rows
+    assert [r.verdict for r in rows] == ["pass", "rejected", "rejected"], rows
 
 
 def test_shared_noise_comm_gives_every_node_the_same_stream():

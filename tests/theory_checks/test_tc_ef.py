@@ -4,11 +4,13 @@ evaluator reports a violation when fed a wrong constant."""
 from __future__ import annotations
 
 import pytest
+import torch
 
+from algorithms.ef.ef14 import EF14
 from algorithms.ef.ef21 import EF21
 from compressors import parse_spec
 from theory_checks import ef_checks as ec
-from theory_checks.ef_instances import G_of, f_gap, heterogeneous_ridge, run
+from theory_checks.ef_instances import DecayedEF14, G_of, f_gap, heterogeneous_ridge, run
 
 
 @pytest.mark.parametrize("chk", [c for c in ec.CHECKS if c.fast], ids=lambda c: c.name)
@@ -80,3 +82,24 @@ def test_pl_ratio_fails_with_a_wrong_mu():
     _, psi = run(algo, R, 200, observe=lambda s: f_gap(R, s.x) + algo.gamma / th * G_of(s, R))
     assert ec.pl_ratio(psi, algo.gamma, R.consts.mu) <= 1.0
     assert ec.pl_ratio(psi, algo.gamma, 10.0 * R.consts.mu) > 1.0
+
+
+def test_step_too_small_is_judged_at_the_theory_step():
+    """GD at 1/(10 L) on the tight quadratic meets the nonconvex bound at its own step but
+    misses it at 1/L by 1/(c (2 - c)), c = 0.1 (what the step/10 variant relies on)."""
+    r = ec._trajectory("tight", "EF21", 4, "full", True, variant=ec.SMALL)
+    assert r["gamma_pred"] == pytest.approx(10 * r["gamma"])
+    lhs, rhs = ec.nonconvex_bound(r["gn2"][:-1], r["f"][0], 0.0, r["gamma_pred"], 0.0, 1.0)
+    assert lhs / rhs == pytest.approx(1 / (0.1 * 1.9), rel=1e-4)
+    _, own = ec.nonconvex_bound(r["gn2"][:-1], r["f"][0], 0.0, r["gamma"], 0.0, 1.0)
+    assert lhs <= own
+    assert ec.pred_gamma("step-x1.01", 1.01, 1.0) == 1.01 and ec.pred_gamma(None, 1.0, 1.0) == 1
+
+
+def test_decayed_memory_keeps_half_of_ef14s_error():
+    R = heterogeneous_ridge(x0="ones")
+    algo = EF14.configure(R, parse_spec("topk:k=2"))[0]
+    s1, _ = run(algo, R, 1)
+    s2, _ = run(DecayedEF14(algo, 0.5), R, 1)
+    assert torch.equal(s1.x, s2.x) and torch.allclose(s2.e_i, 0.5 * s1.e_i)
+    assert bool((s1.e_i != 0).any())

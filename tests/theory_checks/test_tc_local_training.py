@@ -17,8 +17,9 @@ from theory_checks.base import run_power
 
 def test_the_checks_name_their_variants():
     rate, uplink = lt.CHECKS
-    assert rate.fast and {v.name for v in rate.variants} == {"no-control-variates", "p=1", "chi=2"}
-    assert not uplink.fast  # n = 64 nodes: full version only (slow test below)
+    assert rate.fast and rate.rate
+    assert {v.name for v in rate.variants} == {"no-control-variates", "p=1", "chi=2", "step/10"}
+    assert not uplink.fast and not uplink.rate  # a comparison of bits; n = 64: full only
     assert {v.name for v in uplink.variants} == {"dense-payload", "no-control-variates"}
 
 
@@ -45,6 +46,9 @@ def test_the_broken_methods_are_the_ones_described():
     assert lt._method(p, "p=1").p == 1.0 and lt._method(p, "chi=2")._chi(p.n) == 2.0
     correct = lt._method(p, None)
     assert correct.p < 1.0 and correct.chi < 1.0 and correct.s == 2
+    small = lt._method(p, "step/10")  # a tenth of the step, p and chi at theory
+    assert small.gamma == pytest.approx(0.1 * correct.gamma)
+    assert (small.p, small.chi, small.s) == (correct.p, correct.chi, correct.s)
 
 
 def test_per_efold_reads_a_geometric_sequence():

@@ -49,6 +49,15 @@ def test_the_diverging_variants_diverge(change):
     assert tc.hitting(broken, p, 1e-4, 2000, 0) == (math.inf, math.inf)
 
 
+def test_rate_checks_name_a_tenth_of_the_step():
+    for chk in tc.CHECKS:
+        assert chk.rate and "step/10" in {v.name for v in chk.variants}
+    p = tc.scaled_least_squares()
+    algo, _ = DIANAPlus.configure(p, parse_spec("randk:k=2"))
+    slow = dataclasses.replace(algo, gamma=algo.gamma / 10)
+    assert tc.hitting(slow, p, 1e-4, 400, 0) == (math.inf, math.inf)  # the correct: < 400
+
+
 @pytest.mark.slow
 def test_the_full_checks_pass():
     assert all(o.passed for o in tc._diana_plus_bits(False))

@@ -66,6 +66,10 @@ def test_liec_variants_change_only_what_they_name():
     torch.testing.assert_close(a.x_i, b.x_i, rtol=0, atol=0)
 
 
+def test_checks_are_not_rate_checks_and_name_two_variants():
+    assert all(not c.rate and len(c.variants) >= 2 for c in tc.CHECKS)
+
+
 def test_residual_verdicts():
     ok = tc.residual_outcomes("s", 1.0, 1e-5, 1e-6)
     assert [o.passed for o in ok] == [True, True]

@@ -38,6 +38,23 @@ def test_the_broken_modules():
     assert bits.tolist() == bits2.tolist() == [2 * C.bits(4)] and bits1.tolist() == [C.bits(4)]
 
 
+def test_nesterov_rounds_is_the_theorem_bound():
+    """``(1 - sqrt(gamma mu))^K (2 gap0/mu + dist0) = tol dist0`` at the returned ``K``."""
+    gamma, mu, gap0, dist0, tol = 0.9, 1e-3, 0.5, 2.0, 1e-2
+    K = tc.nesterov_rounds(gamma, mu, gap0, dist0, tol)
+    q = (gamma * mu) ** 0.5
+    assert (1 - q) ** K * (2 * gap0 / mu + dist0) == pytest.approx(tol * dist0)
+    assert tc.nesterov_rounds(gamma / 10, mu, gap0, dist0, tol) > 3 * K  # sqrt(10) slower
+
+
+def test_only_the_accelerated_check_is_a_rate_check():
+    rates = {c.name: c.rate for c in tc.CHECKS}
+    assert rates == {"neolithic.msc-geometric": False, "neolithic.tracks-sgd": False,
+                     "neolithic.acc-sqrt-kappa": True}  # fmt: skip
+    acc = tc.CHECKS[2]
+    assert {v.name: v.kind for v in acc.variants}["step/10"] == "step-too-small"
+
+
 def test_the_instance():
     p = tc.instance()
     c = p.consts

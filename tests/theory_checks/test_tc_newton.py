@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from algorithms.second_order.fednl import FedNL
 from algorithms.stepsizes.newton import fednl_alpha, newton_local_rate, newton_locality
 from comm import SimulatedComm
 from compressors import parse_spec
@@ -48,6 +49,15 @@ def test_the_variants_break_what_they_say():
     for _ in range(3):
         state, _ = biased.step(state, p, comm)
     assert not torch.allclose(state.h, state.h_i.mean(0))  # H is no longer mean_i H_i
+
+
+def test_both_checks_are_rate_checks_with_a_tenth_of_the_unit_step():
+    for chk in tc.CHECKS:
+        assert chk.rate and "step/10" in {v.name for v in chk.variants}
+    assert tc.STEP_MULT["step/10"] == 0.1
+    p = tc.instance()
+    algo, _ = FedNL.configure(p, parse_spec(f"topk:k={3 * p.d}"), step_mult=0.1, option=1)
+    assert algo.gamma == pytest.approx(0.1) and algo.option == 1  # the paper's local setting
 
 
 def test_the_parameter_formulas():

@@ -76,3 +76,14 @@ def test_fast_check_has_power(chk):
     assert chk.variants, f"{chk.name} names no broken variant"
     accepted = [(r.variant, r.what, r.margin) for r in variants if r.verdict != "rejected"]
     assert not accepted, accepted
+
+
+@pytest.mark.parametrize("chk", all_checks(), ids=lambda c: c.name)
+def test_every_check_names_two_broken_variants(chk):
+    """A check that rejects a single broken variant may still pass others; each names two or
+    more, and a rate check one of them a step ten times too small (a valid step far slower than
+    the claimed rate), which a check of a bound alone would pass."""
+    assert len(chk.variants) >= 2, f"{chk.name} names {len(chk.variants)} broken variant(s)"
+    if chk.rate:
+        kinds = {v.kind for v in chk.variants}
+        assert "step-too-small" in kinds, f"{chk.name} is a rate check with no step-too-small"

@@ -34,9 +34,24 @@ def test_ratio_outcome_is_two_sided():
     assert scaling.ratio_outcome("s", "c", 2.53, 2.53, 1.2).margin == pytest.approx(1.0)
 
 
-def test_reached_fails_on_an_unreached_run():
-    assert scaling.reached("s", {1: 10.0, 2: 20.0}, 100).passed
-    assert not scaling.reached("s", {1: 10.0, 2: math.inf}, 100).passed
+def test_count_outcome_fails_on_an_unreached_or_slower_run():
+    ok = scaling.count_outcome("s", {1: 10.0, 2: 20.0}, {1: 40.0, 2: 40.0})
+    assert ok.passed and ok.margin == pytest.approx(0.5)
+    assert not scaling.count_outcome("s", {1: 10.0, 2: math.inf}, {1: 40.0, 2: 40.0}).passed
+    assert not scaling.count_outcome("s", {1: 41.0}, {1: 40.0}).passed
+
+
+def test_pl_rounds_bounds_gradient_descent_and_grows_as_the_step_shrinks():
+    """EF21 with the identity compressor is gradient descent, for which EF21's Thm 2 holds; for
+    a small ``gamma mu`` the count at a tenth of the step is about ten times the count."""
+    p = heterogeneous_ridge(x0="zeros")
+    gamma = 1 / p.consts.L
+    algo, _ = EF21.configure(p, parse_spec("identity"), step=gamma)
+    count = scaling.pl_rounds(p, gamma, 1e-6)
+    rounds, _ = scaling.rounds_to(algo, p, 1e-6, 0, math.ceil(count))
+    assert rounds <= count
+    small = scaling.pl_rounds(p, 0.01, 1e-6)
+    assert scaling.pl_rounds(p, 0.001, 1e-6) == pytest.approx(10 * small, rel=0.01)
 
 
 def test_rounds_to_counts_rounds_and_bits_of_gradient_descent():
@@ -66,6 +81,12 @@ def test_every_scaling_check_is_catalogued_with_variants():
         assert c.name in names and c.variants, c.name
     fast = sum(c.fast for c in scaling.CHECKS)
     assert 1 <= fast < len(scaling.CHECKS)
+    # the checks with a theorem's round count at the theory step are rate checks
+    assert {c.name for c in scaling.CHECKS if c.rate} == {
+        "scaling.ef21-rounds-vs-alpha",
+        "scaling.ef21pp-rounds-bits",
+        "scaling.ef21-rounds-vs-n-homogeneous",
+    }
 
 
 @pytest.mark.slow

@@ -31,11 +31,29 @@ def test_checks_name_the_variants_the_issue_asks_for():
     check by tests/theory_checks/test_tc_power.py; here: the kinds each check must reject."""
     kinds = {c.name: {v.kind for v in c.variants} for c in vr_checks.CHECKS}
     assert kinds["ridge.constants"] == {"wrong-constant"}
-    assert {"step-too-large", "wrong-shift"} <= kinds["diana.strongly-convex-lyapunov"]
-    assert kinds["marina.nonconvex-bound"] == {"no-variance-reduction"}
-    assert {"no-variance-reduction", "wrong-shift"} <= kinds["dasha.nonconvex-bound"]
-    assert kinds["comp-ams.sqrt-t-rate"] == {"no-amsgrad"}
+    assert {"step-too-large", "wrong-shift", "step-too-small"} <= kinds[
+        "diana.strongly-convex-lyapunov"
+    ]
+    assert kinds["marina.nonconvex-bound"] == {"no-variance-reduction", "step-too-small"}
+    assert {"no-variance-reduction", "wrong-shift", "step-too-small"} <= kinds[
+        "dasha.nonconvex-bound"
+    ]
+    assert kinds["comp-ams.sqrt-t-rate"] == {"no-amsgrad", "step-too-small"}
     assert all(c.fast for c in vr_checks.CHECKS)
+    # the method checks state rates (a contraction factor, O(1/T), O(1/sqrt T)); the ridge's
+    # constants are not one
+    assert {c.name for c in vr_checks.CHECKS if c.rate} == set(kinds) - {"ridge.constants"}
+
+
+def test_diana_step_too_small_is_judged_at_the_theory_step():
+    """``step/10`` runs a tenth of the theory step while V and the rate keep the theory step;
+    a step-too-large variant is judged at the step it runs (the rate claimed for it)."""
+    p = ridge()
+    theory = DIANA.configure(p, parse_spec("randk:k=2"))[0].gamma
+    algo, _, _, claimed = vr_checks._diana_algo(p, "step/10")
+    assert algo.gamma == pytest.approx(theory / 10) and claimed == theory
+    algo, _, _, claimed = vr_checks._diana_algo(p, "step-x2")
+    assert algo.gamma == pytest.approx(2 * theory) and claimed == algo.gamma
 
 
 def _diana_lyapunov(T: int = 200, seeds: int = 2) -> tuple[np.ndarray, float]:
