@@ -73,8 +73,10 @@ the bits advantage needs ``eps`` near ``1e-5`` (``d = 1000``), out of a few seco
 Rate (``rate=True``): the paper's theorem was not read (the class is a reconstruction), so its
 rate constant is unknown and a step ten times too small keeps the ``eps^(-1/2)`` slope; what
 rejects ``step/10`` is claim 5, DIANA at its theory step being the reference, whenever CANITA's
-advantage over DIANA is below ``sqrt(10)`` in rounds (fast: 2.1x at ``eps = 1e-4``; full: 2.95x
-at ``1e-5``, seed 0). A smaller ``eps`` alone would not reject it.
+advantage over DIANA is below ``sqrt(10)`` in rounds or ``sqrt(10)/2`` in bits (fast: 2.1x in
+rounds at ``eps = 1e-4``; full, three seeds: 2.94x at ``1e-5``, where ``step/10`` needs 1588
+rounds against DIANA's 1467 and 2.2x its bits). A smaller ``eps`` alone would not reject it
+(full, ``1e-6``: ``step/10`` 10992 rounds, DIANA 68673).
 
 With the identity compressor (``omega = 0``: ``p = 1``, ``eta = 1/(2 L_max)``) on the runner's
 default strongly convex quadratic (``n = 10``, ``d = 20``, ``L/mu = 100``) CANITA is
