@@ -12,7 +12,13 @@ A reproduction is a folder ``experiments/papers/NAME/`` with
     along the list), ``"beats"`` (each of ``winners`` strictly below ``baseline``) or
     ``"heatmap"`` (one method over a grid of ``rows`` x ``cols`` cells;
     ``base_col`` is the column of the first baseline, ``base_row`` the row of the second: the
-    claim is that a cell outside both needs strictly fewer bits than every baseline cell);
+    claim is that a cell outside both needs strictly fewer bits than every baseline cell) or
+    ``"slowdown"`` (``axis``: a grid key along which the data grow more heterogeneous, ``base``
+    and ``high`` its reference and most heterogeneous values; ``affected``: the method the
+    paper says heterogeneity hurts, ``robust``: those it says it hurts much less; ``factor`` and
+    ``suffer``: the numbers that "much less" and "suffers" are read as; a method's slowdown at a
+    level is its bits to tolerance there over its bits at ``base``, each with its own best
+    multiplier; the rule: :func:`experiments.reproduce_verdict.slowdown_holds`);
   - ``[quick]``: overrides for the small version that the slow tests and the golden record use
     (subtables ``base``, ``grid``, ``select``, ``claim`` and ``data`` are merged key by key,
     ``methods`` and ``name`` replace);
@@ -184,6 +190,17 @@ def reproduce(
         "cols": claim.cols,
         "base_row": claim.base_row,
         "base_col": claim.base_col,
+        **(
+            {
+                "axis": claim.axis,
+                "base": claim.base_level,
+                "high": claim.high_level,
+                "factor": claim.factor,
+                "suffer": claim.suffer,
+            }
+            if claim.kind == "slowdown"
+            else {}
+        ),
         "metric": claim.metric,
         "tol": claim.tol,
         "bits": claim.bits,

@@ -24,8 +24,9 @@ QUICK_REPLACED = ("name", "methods")
 CLAIM_KEYS = (
     "kind", "order", "statement", "metric", "tol", "bits", "seeds",
     "rows", "cols", "base_row", "base_col", "winners", "baseline",
+    "axis", "base", "high", "affected", "robust", "factor", "suffer",
 )  # fmt: skip
-KINDS = ("order", "beats", "heatmap")
+KINDS = ("order", "beats", "heatmap", "slowdown")
 BITS = ("exclude-initial", "include-initial")
 DATA_KEYS = ("libsvm",)
 # A method's step given as this string is resolved here to the problem's 1/L (gradient descent's
@@ -42,7 +43,7 @@ class Claim:
     """What a reproduction checks.
 
     Attributes:
-        kind: ``"order"``, ``"beats"`` or ``"heatmap"``.
+        kind: ``"order"``, ``"beats"``, ``"heatmap"`` or ``"slowdown"``.
         statement: the paper's claim in one line.
         metric: the history column compared with ``tol``.
         tol: the tolerance on ``metric``.
@@ -51,6 +52,14 @@ class Claim:
             the winners followed by the baseline.
         rows, cols: for ``heatmap``: the two grid keys spanning the cells.
         base_row, base_col: for ``heatmap``: the baselines' row and column values.
+        axis: for ``slowdown``: the grid key along which the data grow more heterogeneous
+            (e.g. ``split``); ``base_level`` is its reference value (e.g. ``iid``) and
+            ``high_level`` its most heterogeneous one. ``order`` holds the method that the claim
+            says is affected first, then the methods it says are less affected.
+        factor: for ``slowdown``: "much less affected" means the affected method's slowdown is
+            at least ``factor`` times each other method's.
+        suffer: for ``slowdown``: a method "suffers" at a level when its bits to tolerance
+            there are at least ``suffer`` times its bits at ``base_level``.
     """
 
     kind: str
@@ -63,6 +72,11 @@ class Claim:
     cols: str = ""
     base_row: Any = None
     base_col: Any = None
+    axis: str = ""
+    base_level: Any = None
+    high_level: Any = None
+    factor: float = 0.0
+    suffer: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -207,6 +221,8 @@ def _claim(raw: Any, name: str, labels: list[str], select: dict) -> Claim:
         if missing:
             raise ValueError(f"{name}: [claim].order names {missing}, not among methods {labels}")
         return Claim(kind, bits=bits, order=tuple(order), **common)
+    if kind == "slowdown":
+        return _slowdown_claim(raw, name, labels, bits, common)
     for key in ("rows", "cols", "base_row", "base_col"):
         if key not in raw:
             raise ValueError(f"{name}: a heatmap claim needs [claim].{key}")
@@ -215,6 +231,31 @@ def _claim(raw: Any, name: str, labels: list[str], select: dict) -> Claim:
     return Claim(
         "heatmap", bits=bits, rows=str(raw["rows"]), cols=str(raw["cols"]),
         base_row=raw["base_row"], base_col=raw["base_col"], **common,
+    )  # fmt: skip
+
+
+def _slowdown_claim(raw: dict, name: str, labels: list[str], bits: str, common: dict) -> Claim:
+    for key in ("axis", "base", "high", "affected", "robust", "factor", "suffer"):
+        if key not in raw:
+            raise ValueError(f"{name}: a slowdown claim needs [claim].{key}")
+    robust = raw["robust"]
+    if not isinstance(robust, list) or not robust or not all(isinstance(r, str) for r in robust):
+        raise ValueError(f"{name}: [claim].robust must list method labels, got {robust!r}")
+    order = [str(raw["affected"]), *robust]
+    missing = [o for o in order if o not in labels]
+    if missing:
+        raise ValueError(f"{name}: [claim] names {missing}, not among methods {labels}")
+    numbers = {}
+    for key in ("factor", "suffer"):
+        v = raw[key]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 1:
+            raise ValueError(f"{name}: [claim].{key} must be a number > 1, got {v!r}")
+        numbers[key] = float(v)
+    if str(raw["base"]) == str(raw["high"]):
+        raise ValueError(f"{name}: [claim].base and .high must differ, both {raw['base']!r}")
+    return Claim(
+        "slowdown", bits=bits, order=tuple(order), axis=str(raw["axis"]),
+        base_level=raw["base"], high_level=raw["high"], **numbers, **common,
     )  # fmt: skip
 
 
@@ -251,6 +292,19 @@ def _restrict(grid: dict[str, Any], only: dict[str, list[str]], name: str) -> di
             )
         grid[axis] = kept[axis] = [texts[w] for w in dict.fromkeys(wanted)]
     return kept
+
+
+def _check_axis(grid: dict[str, Any], claim: Claim, name: str) -> None:
+    values = grid.get(claim.axis)
+    if not isinstance(values, list):
+        listed = sorted(k for k, v in grid.items() if isinstance(v, list))
+        raise ValueError(f"{name}: [claim].axis {claim.axis!r} is no grid axis; axes: {listed}")
+    texts = [_axis_text(v) for v in values]
+    for key, level in (("base", claim.base_level), ("high", claim.high_level)):
+        if _axis_text(level) not in texts:
+            raise ValueError(
+                f"{name}: [claim].{key} {level!r} is not among the {claim.axis} values {texts}"
+            )
 
 
 def _axis_text(v: Any) -> str:
@@ -301,6 +355,8 @@ def load_paper(
     elif "libsvm" in data:
         grid["dataset"] = _libsvm_specs(data["libsvm"], name)
     kept = _restrict(grid, only, name) if only else None
+    if claim.kind == "slowdown":
+        _check_axis(grid, claim, name)
     # The runner stops a run once the claim's tolerance is met: bits to tolerance are decided.
     base.setdefault("tol", claim.tol)
     if claim.metric in ("grad_norm_sq", "f_gap"):

@@ -33,8 +33,9 @@ GOLDEN_REL_TOL = 0.05
 def golden_record(verdict: dict[str, Any]) -> dict[str, Any]:
     """The golden record of a quick verdict (see :mod:`experiments.reproduce`)."""
     keep = ("name", "quick", "kind", "metric", "tol", "bits", "order", "holds", "settings")
+    slowdown = ("axis", "base", "high", "factor", "suffer") if verdict["kind"] == "slowdown" else ()
     return {
-        **{k: verdict[k] for k in keep},
+        **{k: verdict[k] for k in keep + slowdown},
         "tolerance": {
             "bits_to_tol_rel": GOLDEN_REL_TOL,
             "why": (

@@ -126,13 +126,14 @@ def evaluate(cells: list[dict], paper: Paper) -> dict[str, Any]:
     ``beats``: per setting, each winner's median bits strictly below the baseline's.
     ``heatmap``: per setting other than the two heatmap keys, the best cell outside the baseline
     row and column must need strictly fewer bits than every baseline cell.
+    ``slowdown``: per setting other than the claim's axis, see :func:`slowdown_holds`.
 
     Returns:
         ``{"holds": bool, "settings": [{"setting", "holds", "methods" or "cells", ...}]}``.
     """
     claim = paper.claim
     hm = claim.kind == "heatmap"
-    drop = {claim.rows, claim.cols} if hm else set()
+    drop = {claim.rows, claim.cols} if hm else {claim.axis} if claim.kind == "slowdown" else set()
     settings: dict[tuple, dict[str, Any]] = {}
     for c in cells:
         outer = {k: v for k, v in c["setting"].items() if k not in drop}
@@ -143,6 +144,9 @@ def evaluate(cells: list[dict], paper: Paper) -> dict[str, Any]:
         entry = settings[key]
         if hm:
             out.append(_heatmap_verdict(entry["setting"], entry["cells"], claim))
+            continue
+        if claim.kind == "slowdown":
+            out.append(_slowdown_verdict(entry["setting"], entry["cells"], claim))
             continue
         by_label = {c["label"]: c for c in entry["cells"]}
         methods = []
@@ -194,6 +198,75 @@ def _heatmap_verdict(setting: dict, cells: list[dict], claim: Claim) -> dict:
     }  # fmt: skip
 
 
+def slowdown_of(at_level: float, at_base: float) -> float | None:
+    """Bits at a level over bits at the base level: ``inf`` when only the base level reached the
+    tolerance; None when the base level never did (no slowdown can be measured)."""
+    if not math.isfinite(at_base):
+        return None
+    return math.inf if not math.isfinite(at_level) else at_level / at_base
+
+
+def slowdown_holds(table: dict[str, dict[str, float | None]], claim: Claim) -> dict[str, Any]:
+    """The slowdown claim on one setting's slowdowns ``table[label][level]``.
+
+    With ``A`` the affected method (``claim.order[0]``) and ``R`` each of the others:
+    (a) *less affected*: at every level other than the base where ``A`` suffers (slowdown
+    ``>= claim.suffer``), ``A``'s slowdown is at least ``claim.factor`` times each ``R``'s
+    (``inf`` against a finite value counts as larger; ``inf`` against ``inf`` does not), and
+    ``A`` suffers at one level or more; (b) *both suffer*: at ``claim.high_level`` every method's
+    slowdown is at least ``claim.suffer``. A slowdown that cannot be measured (None: the method
+    never reached the tolerance at the base level) fails both parts.
+    """
+    affected, *robust = claim.order
+    base = str(claim.base_level)
+    levels = [lv for lv in table[affected] if lv != base]
+    a = table[affected]
+    suffering = [lv for lv in levels if a[lv] is not None and a[lv] >= claim.suffer]
+
+    def much_more(x: float | None, y: float | None) -> bool:
+        if x is None or y is None:
+            return False
+        if math.isinf(x):
+            return not math.isinf(y)
+        return x >= claim.factor * y
+
+    less = bool(suffering) and all(
+        much_more(a[lv], table[r].get(lv)) for lv in suffering for r in robust
+    )
+    high = str(claim.high_level)
+    both = all((s := table[m].get(high)) is not None and s >= claim.suffer for m in claim.order)
+    return {"less_affected": less, "levels_affected_suffers": suffering, "both_suffer": both}
+
+
+def _slowdown_verdict(setting: dict, cells: list[dict], claim: Claim) -> dict:
+    base = str(claim.base_level)
+    rows = {}
+    for c in cells:
+        level = str(c["setting"].get(claim.axis))
+        rows.setdefault(c["label"], {})[level] = c
+    table: dict[str, dict[str, float | None]] = {}
+    methods = []
+    for label in claim.order:
+        by_level = rows.get(label, {})
+        at_base = _bits(by_level.get(base))
+        table[label] = {}
+        for level, c in by_level.items():
+            slow = slowdown_of(_bits(c), at_base)
+            table[label][level] = slow
+            methods.append({claim.axis: c["setting"].get(claim.axis), **_public(c),
+                            "slowdown": None if slow is None or math.isinf(slow) else slow,
+                            "slowdown_inf": slow is not None and math.isinf(slow)})  # fmt: skip
+        if base not in by_level:
+            table[label][base] = None
+    parts = slowdown_holds(table, claim)
+    return {
+        "setting": setting,
+        "holds": parts["less_affected"] and parts["both_suffer"],
+        **parts,
+        "methods": methods,
+    }
+
+
 def _fmt_bits(v: Any) -> str:
     return "never" if v is None else f"{v:.6g}"
 
@@ -218,6 +291,15 @@ def verdict_table(verdict: dict[str, Any]) -> str:
     elif verdict["kind"] == "beats":
         *win, base = verdict["order"]
         lines.append(f"each of {', '.join(win)} < {base} ({what}; median over seeds)")
+    elif verdict["kind"] == "slowdown":
+        affected, *robust = verdict["order"]
+        lines.append(
+            f"slowdown along {verdict['axis']} (bits at a level / bits at "
+            f"{verdict['axis']}={verdict['base']}; {what}; best multiplier per level, median over "
+            f"seeds): wherever {affected} slows down >= {verdict['suffer']:g}x, its slowdown >= "
+            f"{verdict['factor']:g}x that of {', '.join(robust)}; at {verdict['axis']}="
+            f"{verdict['high']} every method slows down >= {verdict['suffer']:g}x"
+        )
     else:
         lines.append(f"heatmap: a cell off the baselines beats them ({what}; median over seeds)")
     if verdict.get("dataset"):
@@ -227,7 +309,27 @@ def verdict_table(verdict: dict[str, Any]) -> str:
     for s in verdict["settings"]:
         setting = ", ".join(f"{k}={_label(v)}" for k, v in s["setting"].items())
         lines.append(f"[{setting or 'all runs'}]  {'holds' if s['holds'] else 'FAILS'}")
-        if verdict["kind"] != "heatmap":
+        if verdict["kind"] == "slowdown":
+            axis = verdict["axis"]
+            lines.append(
+                f"  {'method':<24}{axis:>16}{'best mult':>11}{'median bits':>14}{'slowdown':>10}"
+                "  spread"
+            )
+            for m in s["methods"]:
+                mult = "-" if m.get("step_mult") is None else f"{m['step_mult']:g}"
+                slow = ("inf" if m.get("slowdown_inf") else "-" if m.get("slowdown") is None
+                        else f"{m['slowdown']:.3g}")  # fmt: skip
+                lines.append(
+                    f"  {m['label']:<24}{_label(m[axis]):>16}{mult:>11}"
+                    f"{_fmt_bits(m['bits_to_tol']):>14}{slow:>10}  {_spread(m)}"
+                )
+            suffers = ", ".join(s["levels_affected_suffers"]) or "none"
+            lines.append(
+                f"  less affected: {'yes' if s['less_affected'] else 'no'} (levels where "
+                f"{verdict['order'][0]} suffers: {suffers}); all suffer at "
+                f"{axis}={verdict['high']}: {'yes' if s['both_suffer'] else 'no'}"
+            )
+        elif verdict["kind"] != "heatmap":
             lines.append(f"  {'method':<12}{'best mult':>11}{'median bits':>14}  spread")
             for m in s["methods"]:
                 mult = "-" if m.get("step_mult") is None else f"{m['step_mult']:g}"
