@@ -41,7 +41,7 @@ import tempfile
 from pathlib import Path
 
 from benchmarks import interrupt
-from benchmarks.progress import NOT_HERE, Tracker, reason, why_skipped
+from benchmarks.progress import NOT_HERE, Tracker, reason, second_order, why_skipped
 from benchmarks.results import write_atomic
 
 __all__ = ["run", "serve", "worker", "SIZE_FULL", "SIZE_QUICK"]
@@ -97,8 +97,8 @@ def worker(n: int, d: int, iters: int, device: str = "cpu", methods=None) -> lis
         if name == "dcgd":  # its nonconvex step needs a horizon; memory does not depend on it
             opts["horizon"] = 1000
         row = {"method": name, "spec": spec, "n": n, "d": d, "data_bytes": data}
-        if "hessians" in ALGORITHMS[name].requires:  # d(d+1)/2 entries per node: not (m, d)
-            why = "second-order: d x d Hessians per node, outside this (n, d) state benchmark"
+        why = second_order(ALGORITHMS[name].requires, "(n, d) state benchmark")
+        if why is not None:
             rows.append({**row, "error": why, "skipped": NOT_HERE})
             continue
         try:

@@ -33,7 +33,7 @@ import problems.glm as glm
 from algorithms.registry import ALGORITHMS, usual_compressor
 from benchmarks import bandwidth, baselines
 from benchmarks.clock import median_seconds
-from benchmarks.progress import NOT_HERE, Tracker, reason, why_skipped
+from benchmarks.progress import NOT_HERE, Tracker, reason, second_order, why_skipped
 from comm import SimulatedComm
 from compressors import parse_spec
 from problems.logreg_nonconvex import LogRegNonconvex
@@ -144,10 +144,8 @@ def bench_case(
     jobs = []
     for name in methods or ALGORITHMS:
         spec = compressor_for(name, case.d)
-        if "hessians" in ALGORITHMS[name].requires:
-            # Second-order methods hold d(d+1)/2 Hessian entries per node: not a first-order
-            # step's cost, and at d = 1000 minutes per case (FedNL, Newton-3PC).
-            why = "second-order: d x d Hessians per node, outside this first-order benchmark"
+        why = second_order(ALGORITHMS[name].requires, "first-order benchmark")
+        if why is not None:
             track.skip(name, NOT_HERE)
             jobs.append({"method": name, "spec": spec, "error": why})
             continue

@@ -37,6 +37,20 @@ def reason(message: str) -> str:
     return text or why_skipped(message)
 
 
+def second_order(requires: tuple[str, ...] | frozenset[str], what: str) -> str | None:
+    """Why a method is left out of a first-order benchmark, or None: second-order methods
+    (FedNL, Newton-3PC) hold ``d (d + 1) / 2`` Hessian entries per node, neither an ``(n, d)``
+    state nor a first-order step's cost (and at ``d = 1000`` minutes per case).
+
+    Args:
+        requires: the method's declared problem capabilities (``Algorithm.requires``).
+        what: the benchmark, for the message (``"first-order benchmark"``).
+    """
+    if "hessians" in requires:
+        return f"second-order: d x d Hessians per node, outside this {what}"
+    return None
+
+
 def why_skipped(message: str) -> str:
     """The kind of a configure failure: the method has no theory step on this problem (its
     message asks for an explicit step) or it cannot run on it at all."""

@@ -222,3 +222,12 @@ def test_a_signal_before_ready_or_in_a_shield_is_held_then_raised():
                 started = True  # the shielded block runs to its end
         assert started and e.value.code == 130
     assert {s: signal.getsignal(s) for s in interrupt.SIGNALS} == before
+
+
+def test_second_order_methods_are_named_and_first_order_ones_kept():
+    from algorithms.registry import ALGORITHMS
+    from benchmarks.progress import second_order
+
+    left_out = {name for name in ALGORITHMS if second_order(ALGORITHMS[name].requires, "bench")}
+    assert left_out == {"fednl", "newton-3pc"}
+    assert second_order(ALGORITHMS["fednl"].requires, "bench").endswith("outside this bench")
