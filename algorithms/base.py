@@ -246,7 +246,8 @@ def check_compressor(name: str, needs: str, c: Compressor, d: int, force: bool) 
     if needs == "none":
         if c.spec() != "identity":
             raise ValueError(
-                f"{name} compresses with a mechanism of its own and takes no compressor, got "
+                f"{name} takes no compressor (it sends its rows uncompressed or compresses "
+                f"with a mechanism of its own), got "
                 f"{c.spec()}; allowed: identity (see its options in --list)"
             )
         return

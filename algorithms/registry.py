@@ -51,6 +51,8 @@ ALGORITHMS: dict[str, type[Algorithm] | str] = {
     "newton-3pc": "algorithms.second_order.newton_3pc:Newton3PC",
     "neolithic": "algorithms.multistage.neolithic:NEOLITHIC",
     "neolithic-acc": "algorithms.multistage.neolithic_acc:NEOLITHICAcc",
+    "d-sgd": "algorithms.decentralized.d_sgd:DSGD",
+    "choco-sgd": "algorithms.decentralized.choco_sgd:ChocoSGD",
 }
 # Installed packages' classes under the entry-point group 'compzoo.algorithms', added on first use
 # (streams.plugins).

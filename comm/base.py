@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from comm.topology import Topology
 from compressors import Compressor, Packet
 from streams import Streams
 from streams.tags import DEFAULT
@@ -183,6 +184,69 @@ class Comm:
     def monitor_mean(self, v_i: torch.Tensor) -> float:
         """The mean over all nodes of a per-node statistic ``(m,)``, for logging only: not a
         message of the method, so nothing is charged."""
+        raise NotImplementedError
+
+    def monitor_average(self, rows: torch.Tensor) -> torch.Tensor:
+        """``(1/n) sum_i rows_i`` over all nodes, ``(d,)``, for logging only (a decentralized
+        method's averaged iterate, where the loss is measured): nothing is charged."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------ gossip (peer to peer)
+    def gossip(self, packet: Packet, compressor: Compressor, topology: Topology) -> torch.Tensor:
+        """``sum_j W_ij decode(packet)_j`` for each held node ``i``, ``(m, d)``: one gossip round
+        over ``topology``'s mixing matrix ``W`` (the diagonal term is the node's own message).
+        Node ``i`` sends its message to each of its ``deg_i`` neighbours, point to point, and is
+        charged ``deg_i`` times its bits uplink; it is charged the bits of the messages it
+        receives from its neighbours downlink. Nothing goes through a server."""
+        self._charge_gossip(packet.nbits, topology)
+        return self._mix(compressor.decode(packet), packet, compressor, topology)
+
+    def gossip_full(self, rows: torch.Tensor, topology: Topology) -> torch.Tensor:
+        """The same for uncompressed rows (``float_bits * d`` bits per message): one round of
+        plain gossip averaging, ``(W X)_i`` for each held node."""
+        nbits = torch.full((self.m,), self.float_bits * rows.shape[1], dtype=torch.int64)
+        self._charge_gossip(nbits, topology)
+        return self._mix(rows, None, None, topology)
+
+    def _mix(
+        self,
+        rows: torch.Tensor,
+        packet: Packet | None,
+        compressor: Compressor | None,
+        topology: Topology,
+    ) -> torch.Tensor:
+        """``(W Q)_held`` from the held nodes' decoded messages ``rows``; a backend that moves
+        payloads (torch.distributed) sends ``packet`` in its wire form to the neighbours."""
+        raise NotImplementedError
+
+    def _charge_gossip(self, nbits: torch.Tensor, topology: Topology) -> None:
+        if topology.n != self.n:
+            raise ValueError(f"topology has {topology.n} nodes, the run {self.n}")
+        nb = self._gossip_plan(topology)
+        self.ledger.charge_up(nbits.cpu().to(torch.int64) * nb["deg"])
+        received = self.gather_all_nbits(nbits.cpu().to(torch.int64))
+        self.ledger.charge_down(nb["A"] @ received)
+
+    def _gossip_plan(self, topology: Topology) -> dict[str, Any]:
+        """What gossip over ``topology`` needs for the held nodes, built once per topology:
+        degrees, the adjacency rows, the mixing rows."""
+        cache = self.__dict__.setdefault("_plans", {})
+        key = id(topology)
+        if key not in cache:
+            A = (topology.W > 0).to(torch.int64)
+            A.fill_diagonal_(0)
+            held = self.nodes
+            cache[key] = {
+                "topology": topology,
+                "deg": A[held].sum(dim=1),
+                "A": A[held],
+                "W": topology.W[held],
+            }
+        return cache[key]
+
+    def gather_all_nbits(self, nbits: torch.Tensor) -> torch.Tensor:
+        """Every node's message size, ``(n,)`` in node order (for the downlink charge of
+        gossip: what each node receives). Bookkeeping, not a message: nothing is charged."""
         raise NotImplementedError
 
     # ------------------------------------------------------------ downlink

@@ -7,6 +7,11 @@ import torch
 from comm.base import Comm
 from compressors.timing import section
 
+# Gossip multiplies by W as a sparse (CSR) matrix above this many nodes when at most this
+# fraction of its entries is non-zero (a ring, a torus, a sparse random graph); dense below.
+SPARSE_FROM = 64
+SPARSE_FILL = 0.1
+
 
 class SimulatedComm(Comm):
     """Holds all ``n`` nodes as rows; a reduction is a weighted sum over axis 0."""
@@ -33,6 +38,25 @@ class SimulatedComm(Comm):
 
     def monitor_mean(self, v_i: torch.Tensor) -> float:
         return float(v_i.double().mean())
+
+    def monitor_average(self, rows: torch.Tensor) -> torch.Tensor:
+        return rows.mean(dim=0)
+
+    def gather_all_nbits(self, nbits: torch.Tensor) -> torch.Tensor:
+        return nbits
+
+    def _mix(self, rows, packet, compressor, topology) -> torch.Tensor:
+        """``W @ rows``: a sparse (CSR) product when the graph is sparse, else dense."""
+        if rows.shape[0] != self.m:
+            raise ValueError(f"expected {self.m} rows (one per node), got {rows.shape[0]}")
+        plan = self._gossip_plan(topology)
+        key = ("W", rows.dtype, rows.device)
+        if key not in plan:
+            W = plan["W"].to(rows.device, rows.dtype)
+            sparse = topology.n > SPARSE_FROM and (W != 0).sum() < SPARSE_FILL * W.numel()
+            plan[key] = W.to_sparse_csr() if sparse else W
+        with section("communicate"):
+            return plan[key] @ rows
 
     def bits_totals(self) -> dict[str, float]:
         up, down = self.ledger.up.double(), self.ledger.down.double()

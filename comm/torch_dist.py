@@ -224,6 +224,101 @@ class TorchDistComm(Comm):
         self._dist.broadcast_object_list(box, src=0)
         return box[0]
 
+    def monitor_average(self, rows: torch.Tensor) -> torch.Tensor:
+        buf = rows.detach().to(self.device).sum(dim=0)
+        self._dist.all_reduce(buf, op=self._dist.ReduceOp.SUM)
+        return (buf / self.n).to(rows.device)
+
+    def gather_all_nbits(self, nbits: torch.Tensor) -> torch.Tensor:
+        width = -(-self.n // self.world)
+        buf = torch.zeros(width, dtype=torch.int64, device=self.device)
+        buf[: self.m] = nbits.to(self.device, torch.int64)
+        parts = [torch.empty_like(buf) for _ in range(self.world)]
+        self._dist.all_gather(parts, buf)
+        sizes = [block(self.n, self.world, r).numel() for r in range(self.world)]
+        return torch.cat([q[:k] for q, k in zip(parts, sizes, strict=True)]).cpu()
+
+    def _halo(self, topology) -> dict[str, Any]:
+        """Point-to-point plan of gossip over ``topology`` for this rank's block: per peer rank,
+        the held rows its nodes neighbour (sent there) and its nodes that neighbour ours
+        (received), both in node order; and the held rows' mixing weights on the held nodes
+        followed by the received ones."""
+        plan = self._gossip_plan(topology)
+        if "halo" in plan:
+            return plan["halo"]
+        A = topology.W > 0
+        A.fill_diagonal_(False)
+        owner = torch.cat([torch.full((block(self.n, self.world, r).numel(),), r)
+                           for r in range(self.world)])  # fmt: skip
+        held = self.nodes
+        lo = int(held[0])
+        peers = []
+        for r in range(self.world):
+            if r == self.rank:
+                continue
+            theirs = (owner == r).nonzero().reshape(-1)
+            sub = A[held][:, theirs]
+            send = held[sub.any(dim=1)]
+            recv = theirs[sub.any(dim=0)]
+            if send.numel():
+                peers.append({"rank": r, "send": send - lo, "recv": recv})
+        cols = torch.cat([held, *[p["recv"] for p in peers]])
+        plan["halo"] = {"peers": peers, "W": topology.W[held][:, cols]}
+        return plan["halo"]
+
+    def _exchange(self, peers: list[dict], send: list[torch.Tensor], recv: list[torch.Tensor],
+                  overhead: bool = False) -> None:  # fmt: skip
+        """Send ``send[k]`` to and receive ``recv[k]`` from ``peers[k]``, all at once."""
+        ops = []
+        for p, out, into in zip(peers, send, recv, strict=True):
+            ops.append(self._dist.P2POp(self._dist.isend, out.contiguous(), p["rank"]))
+            ops.append(self._dist.P2POp(self._dist.irecv, into, p["rank"]))
+        if not ops:
+            return
+        with section("communicate"):
+            for req in self._dist.batch_isend_irecv(ops):
+                req.wait()
+        key = "wire_overhead_bytes" if overhead else "wire_bytes"
+        sent = sum(t.numel() * t.element_size() for t in send)
+        self.ledger.extra[key] = self.ledger.extra.get(key, 0) + sent
+
+    def _mix(self, rows, packet, compressor, topology) -> torch.Tensor:
+        """``(W Q)_held``: the neighbours' messages arrive point to point from the ranks that
+        hold them (compressed payloads in their wire form, uncompressed rows as values); no
+        collective over all ranks."""
+        if rows.shape[0] != self.m:
+            raise ValueError(f"rank {self.rank} holds {self.m} nodes, got {rows.shape[0]} rows")
+        halo = self._halo(topology)
+        peers, got = halo["peers"], []
+        if packet is None:
+            out = [rows[p["send"]].to(self.device) for p in peers]
+            into = [torch.empty(p["recv"].numel(), rows.shape[1], dtype=rows.dtype,
+                                device=self.device) for p in peers]  # fmt: skip
+            self._exchange(peers, out, into)
+            got = [t.to(rows.device) for t in into]
+        elif peers:
+            data, nbytes = compressor.to_bytes(packet)
+            data, nbytes = data.to(self.device), nbytes.to(self.device)
+            sizes = [torch.empty(p["recv"].numel(), dtype=torch.int64, device=self.device)
+                     for p in peers]  # fmt: skip
+            self._exchange(peers, [nbytes[p["send"]] for p in peers], sizes, overhead=True)
+            out, into = [], []
+            for p, size in zip(peers, sizes, strict=True):
+                width = max(int(nbytes[p["send"]].max()), 1)
+                out.append(data[p["send"], :width].contiguous())
+                into.append(torch.empty(p["recv"].numel(), max(int(size.max()), 1),
+                                        dtype=torch.uint8, device=self.device))  # fmt: skip
+            self._exchange(peers, out, into)
+            for p, size, buf in zip(peers, sizes, into, strict=True):
+                back = compressor.from_bytes(buf, size, packet, p["recv"].to(self.device))
+                got.append(compressor.decode(back).to(rows.device, rows.dtype))
+        allrows = torch.cat([rows, *got]) if got else rows
+        key = ("W", rows.dtype, rows.device)
+        if key not in halo:
+            halo[key] = halo["W"].to(rows.device, rows.dtype)
+        with section("communicate"):
+            return halo[key] @ allrows
+
     def monitor_mean(self, v_i: torch.Tensor) -> float:
         buf = v_i.detach().to(self.device, torch.float64).sum().reshape(1)
         self._dist.all_reduce(buf, op=self._dist.ReduceOp.SUM)

@@ -17,6 +17,7 @@ def all_checks() -> list[Check]:
         contrasts_ef,
         contrasts_vr,
         ef_checks,
+        gossip,
         local_training,
         matrix_smoothness,
         momentum_ec,
@@ -40,6 +41,7 @@ def all_checks() -> list[Check]:
     modules += (local_training,)
     modules += (newton,)
     modules += (neolithic,)
+    modules += (gossip,)
     checks = [c for m in modules for c in m.CHECKS]
     names = [c.name for c in checks]
     dup = {n for n in names if names.count(n) > 1}

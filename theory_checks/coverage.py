@@ -64,6 +64,7 @@ COVERS: dict[str, tuple[str, ...]] = {
     "newton-3pc": ("newton-3pc.cbag-local",),
     "neolithic": ("neolithic.msc-geometric", "neolithic.tracks-sgd"),
     "neolithic-acc": ("neolithic.acc-sqrt-kappa",),
+    "choco-sgd": ("gossip.choco-linear-consensus",),
 }  # fmt: skip
 
 

@@ -1,0 +1,172 @@
+"""Decentralized methods over a graph (D-SGD, CHOCO-SGD) and the comm layer's gossip: the
+mixing product, bits per edge, the reductions between methods, convergence, refusals, the
+runner's consensus column, and sharded gloo runs equal to the simulation."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+import torch
+
+from algorithms.decentralized.base import graph
+from algorithms.decentralized.choco_sgd import ChocoSGD, choco_consensus_step
+from algorithms.decentralized.d_sgd import DSGD
+from algorithms.run import run
+from comm import SimulatedComm
+from compressors import parse_spec
+from problems import make_problem
+from tests.runs import torch_dist_helpers, trajectory
+
+
+@pytest.fixture(scope="module")
+def quad():
+    return make_problem("quadratic", nodes=8, seed=1, dim=12, zeta2=1.0)
+
+
+def _packet(C, rows, seed=0):
+    comm = SimulatedComm(rows.shape[0], seed=seed)
+    return comm, C.encode(rows, comm.rng_for(C, 0))
+
+
+@pytest.mark.parametrize("spec", ["ring", "star", "er:p=0.4", "complete"])
+def test_gossip_is_the_mixing_product_and_charges_every_edge(spec):
+    top = graph(spec, 8, "metropolis", 0)
+    C = parse_spec("topk:k=3")
+    rows = torch.randn(8, 12, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    comm, packet = _packet(C, rows)
+    mixed = comm.gossip(packet, C, top)
+    assert torch.allclose(mixed, top.W @ C.decode(packet), atol=1e-15)
+    deg = top.degrees
+    assert comm.ledger.up.tolist() == (packet.nbits * deg).tolist()
+    A = (top.W > 0).long() - torch.eye(8, dtype=torch.long)
+    assert comm.ledger.down.tolist() == (A @ packet.nbits).tolist()
+    full = SimulatedComm(8, seed=0)
+    assert torch.allclose(full.gossip_full(rows, top), top.W @ rows, atol=1e-15)
+    assert full.ledger.up.tolist() == (32 * 12 * deg).tolist()
+
+
+def test_gossip_on_many_nodes_takes_the_sparse_product():
+    top = graph("ring", 200, "metropolis", 0)
+    rows = torch.randn(200, 5, dtype=torch.float64)
+    comm = SimulatedComm(200, seed=0)
+    assert torch.allclose(comm.gossip_full(rows, top), top.W @ rows, atol=1e-14)
+    plan = comm._gossip_plan(top)
+    assert plan[("W", rows.dtype, rows.device)].layout == torch.sparse_csr
+
+
+def test_choco_with_the_identity_and_consensus_one_is_d_sgd(quad):
+    ident = parse_spec("identity")
+    dsgd, _ = DSGD.configure(quad, ident, topology="ring")
+    choco, rec = ChocoSGD.configure(quad, ident, topology="ring", consensus=1.0)
+    assert choco.gamma == dsgd.gamma  # eta = consensus x D-SGD's step
+    a, _, _ = trajectory(dsgd, quad, 30)
+    b, _, _ = trajectory(choco, quad, 30)
+    for sa, sb in zip(a, b, strict=True):
+        assert torch.allclose(sa.x_i, sb.x_i, atol=1e-12, rtol=0)
+        assert torch.allclose(sa.x, sb.x, atol=1e-12, rtol=0)
+
+
+def test_choco_converges_and_its_nodes_agree(quad):
+    C = parse_spec("topk:k=4")
+    algo, _ = ChocoSGD.configure(quad, C, topology="ring", consensus=0.6)
+    states, infos, comm = trajectory(algo, quad, 400)
+    gap0 = float(quad.loss(states[0].x) - quad.consts.f_star)
+    gap = float(quad.loss(states[-1].x) - quad.consts.f_star)
+    assert gap < 1e-3 * gap0
+    # the nodes disagree by what the heterogeneity forces at these steps: the plateau of the
+    # same method with exact public copies (the identity)
+    exact, _ = ChocoSGD.configure(quad, parse_spec("identity"), topology="ring", consensus=0.6,
+                                  force=True)  # fmt: skip
+    _, plain, _ = trajectory(exact, quad, 400)
+    plateau = plain[-1].extras["consensus"]
+    assert infos[-1].extras["consensus"] == pytest.approx(plateau, rel=0.05)
+    # every round each node sends one Top-4 message to each of its two neighbours
+    ones = torch.ones(8, 12, dtype=torch.float64)
+    per_msg = int(C.encode(ones, comm.rng_for(algo.compressor, 0)).nbits[0])
+    assert infos[0].bits_up == per_msg * 2
+    # the default steps (theory's consensus step, eta scaled by it) move slowly but never
+    # drift: the objective at the average decreases
+    slow, _ = ChocoSGD.configure(quad, C, topology="ring")
+    s, _, _ = trajectory(slow, quad, 200)
+    assert float(quad.loss(s[-1].x)) < float(quad.loss(s[0].x))
+
+
+def test_the_consensus_step_is_the_recalled_formula_and_shrinks_with_compression(quad):
+    top = graph("ring", 8, "metropolis", 0)
+    _, rec = ChocoSGD.configure(quad, parse_spec("topk:k=3"), topology="ring")
+    delta = 3 / 12
+    want = choco_consensus_step(top.rho, top.beta, delta)
+    assert rec["params"]["consensus"] == pytest.approx(want)
+    assert 0 < want < choco_consensus_step(top.rho, top.beta, 1.0) <= 1
+    assert rec["provenance"]["kind"] == "derived"
+    assert rec["gamma"] == pytest.approx(want * rec["theory"]["inputs"]["L_max"] ** 0 *
+                                         DSGD.configure(quad, parse_spec("identity"),
+                                                        topology="ring")[0].gamma)  # fmt: skip
+    assert rec["theory"]["inputs"]["rho"] == pytest.approx(top.rho)
+
+
+def test_step_does_not_mutate_its_input(quad):
+    algo, _ = ChocoSGD.configure(quad, parse_spec("topk:k=3"), topology="ring")
+    comm = SimulatedComm(quad.n, seed=0)
+    state = algo.init(quad.x0, quad, comm)
+    before = {k: v.clone() for k, v in vars(state).items() if isinstance(v, torch.Tensor)}
+    algo.step(state, quad, comm)
+    for k, v in before.items():
+        assert torch.equal(getattr(state, k), v), k
+
+
+def test_the_runner_logs_the_consensus_error_and_records_the_graph(tmp_path):
+    out = tmp_path / "r"
+    argv = ["choco-sgd", "--compressor", "topk:k=2", "--problem", "quadratic", "--nodes", "9",
+            "--topology", "torus", "--iters", "20", "--quiet", "--out", str(out)]  # fmt: skip
+    assert run(argv) == 0
+    rows = list(csv.DictReader(open(out / "history.csv")))
+    assert "consensus" in rows[0] and float(rows[-1]["consensus"]) >= 0
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["method"]["topology"] == "torus"
+    assert cfg["step"]["theory"]["inputs"]["rho"] == pytest.approx(0.6)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["choco-sgd", "--compressor", "randk:k=2"], "needs a contractive compressor"),
+        (["ef21", "--compressor", "topk:k=2", "--topology", "ring"], "--topology does not apply"),
+        (
+            ["choco-sgd", "--compressor", "topk:k=2", "--topology", "torus", "--nodes", "7"],
+            "n = r x c",
+        ),
+        (["d-sgd", "--compressor", "topk:k=2"], "takes no compressor"),
+        (["d-sgd", "--topology", "er:p=2"], "0 < P <= 1"),
+    ],
+)
+def test_bad_input_exits_2_with_a_message(tmp_path, capsys, argv, message):
+    assert run([*argv, "--problem", "quadratic", "--iters", "3", "--quiet",
+                "--out", str(tmp_path / "x")]) == 2  # fmt: skip
+    assert message in capsys.readouterr().err
+
+
+def test_sharded_gloo_equals_the_simulation(tmp_path):
+    helpers = torch_dist_helpers()
+    helpers.sharded_parity(tmp_path, 2, 8, ["choco-sgd", "--compressor", "topk:k=2",
+                                            "--topology", "ring"])  # fmt: skip
+
+
+@pytest.mark.dist
+@pytest.mark.parametrize(
+    ("nproc", "nodes", "argv"),
+    [
+        (2, 2, ["choco-sgd", "--compressor", "topk:k=2"]),
+        (3, 7, ["choco-sgd", "--compressor", "scaled:randk:k=3", "--topology", "er:p=0.5"]),
+        (2, 9, ["choco-sgd", "--compressor", "scaled-sign", "--topology", "torus"]),
+        (2, 6, ["d-sgd", "--topology", "star"]),
+    ],
+)
+def test_gloo_runs_equal_the_simulation(tmp_path, nproc, nodes, argv):
+    helpers = torch_dist_helpers()
+    if nproc == nodes:
+        helpers.parity(tmp_path, nproc, argv)
+    else:
+        helpers.sharded_parity(tmp_path, nproc, nodes, argv)
