@@ -53,6 +53,9 @@ ALGORITHMS: dict[str, type[Algorithm] | str] = {
     "neolithic-acc": "algorithms.multistage.neolithic_acc:NEOLITHICAcc",
     "d-sgd": "algorithms.decentralized.d_sgd:DSGD",
     "choco-sgd": "algorithms.decentralized.choco_sgd:ChocoSGD",
+    "gt": "algorithms.decentralized.tracking:GradientTracking",
+    "beer": "algorithms.decentralized.tracking:BEER",
+    "motef": "algorithms.decentralized.tracking:MoTEF",
 }
 # Installed packages' classes under the entry-point group 'compzoo.algorithms', added on first use
 # (streams.plugins).

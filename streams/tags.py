@@ -51,7 +51,7 @@ SPLIT_IID = 0x5011  # splits: the permutation of an iid split
 SPLIT_DIRICHLET = 0xD112  # splits: the Dirichlet split's shuffles and class proportions
 
 # ------------------------------------------------------------------ algorithms
-BATCH = 0xBA7C  # dcgd, diana, vr_marina, dasha_*, ef21_page, comp_ams: the nodes' minibatches
+BATCH = 0xBA7C  # dcgd, diana, vr_marina, dasha_*, ef21_page, comp_ams, d_sgd, choco_sgd
 COIN = 0xC014  # marina, vr_marina, pp_marina, dasha_page, dasha_sync_mvr, ef21_page: the sync coin
 MEGA = 0x3E6A  # dasha_sync_mvr: the mega-batch of a synchronisation round
 PP_NODES = 0x5A3F  # pp_marina: the server's draw of the participating nodes
@@ -92,6 +92,9 @@ BYZ_VR_MARINA_BATCH = 0xB1BA  # byz_vr_marina: the nodes' minibatches
 BYZ_DASHA_PAGE_COIN = 0xB1DC  # byz_dasha_page: the shared synchronisation coin
 BYZ_DASHA_PAGE_BATCH = 0xB1DB  # byz_dasha_page: the nodes' minibatches
 ROSDHB_BATCH = 0xB1DE  # rosdhb: the nodes' minibatches
+GOSSIP_X = 0x60C1  # tracking (BEER, MoTEF): the compressor's draws for the iterates' copies
+GOSSIP_V = 0x60C2  # tracking (BEER, MoTEF): the compressor's draws for the trackers' copies
+TRACK_BATCH = 0x7BA7  # tracking (gradient tracking, BEER, MoTEF): the nodes' minibatches
 
 # ------------------------------------------------------------------ theory checks
 MATRIX_SMOOTHNESS = 0x5A17  # matrix_smoothness: the scaled least-squares instance

@@ -64,7 +64,8 @@ COVERS: dict[str, tuple[str, ...]] = {
     "newton-3pc": ("newton-3pc.cbag-local",),
     "neolithic": ("neolithic.msc-geometric", "neolithic.tracks-sgd"),
     "neolithic-acc": ("neolithic.acc-sqrt-kappa",),
-    "choco-sgd": ("gossip.choco-linear-consensus",),
+    "choco-sgd": ("gossip.choco-linear-consensus", "gossip.beer-exact-under-heterogeneity"),
+    "beer": ("gossip.beer-exact-under-heterogeneity",),
 }  # fmt: skip
 
 

@@ -33,16 +33,20 @@ from compressors import parse_spec
 from problems.registry import make_problem
 
 STEPS = 6
+REQUIRED = {"consensus": 0.5, "momentum": 0.5}
 
 
 def _instance(name: str, n: int, d: int, k: int, seed: int):
     problem = make_problem("quadratic", nodes=n, lam=0.2, dim=d, seed=seed)
     spec = usual_compressor(name, min(k, d))
     cls = ALGORITHMS[name]
+    # options a method requires (no theory value): a valid one (BEER's consensus, MoTEF's
+    # momentum)
+    opts = {k: REQUIRED[k] for k, o in cls.options.items() if o.required and k in REQUIRED}
     try:
-        algo, _ = cls.configure(problem, parse_spec(spec))
+        algo, _ = cls.configure(problem, parse_spec(spec), **opts)
     except ValueError:  # no theory step here (stochastic methods' batch constants): a fixed one
-        algo, _ = cls.configure(problem, parse_spec(spec), step=0.02)
+        algo, _ = cls.configure(problem, parse_spec(spec), step=0.02, **opts)
     return algo, problem
 
 

@@ -170,3 +170,78 @@ def test_gloo_runs_equal_the_simulation(tmp_path, nproc, nodes, argv):
         helpers.parity(tmp_path, nproc, argv)
     else:
         helpers.sharded_parity(tmp_path, nproc, nodes, argv)
+
+
+# ------------------------------------------------------------------ gradient tracking, BEER
+def _beer(quad, spec="topk:k=4", **kw):
+    from algorithms.registry import get_algorithm
+
+    name = kw.pop("name", "beer")
+    kw.setdefault("consensus", 0.5)
+    algo, _ = get_algorithm(name).configure(quad, parse_spec(spec), step=0.1, topology="ring", **kw)
+    return algo
+
+
+def test_gradient_tracking_is_beer_with_the_identity_and_consensus_one(quad):
+    gt = _beer(quad, "identity", name="gt", consensus=None)
+    beer = _beer(quad, "identity", consensus=1.0)
+    a, ia, _ = trajectory(gt, quad, 40)
+    b, ib, _ = trajectory(beer, quad, 40)
+    for sa, sb in zip(a, b, strict=True):
+        assert torch.allclose(sa.x_i, sb.x_i, atol=1e-12, rtol=0)
+    # uncompressed: the iterate and the tracker, 32 d bits each, to each of two neighbours
+    assert ia[0].bits_up == ib[0].bits_up == 2 * 2 * 32 * quad.d
+
+
+def test_motef_with_momentum_one_is_beer(quad):
+    a, _, _ = trajectory(_beer(quad, name="motef", momentum=1.0), quad, 40)
+    b, _, _ = trajectory(_beer(quad), quad, 40)
+    for sa, sb in zip(a, b, strict=True):
+        assert torch.equal(sa.x_i, sb.x_i)
+    c, _, _ = trajectory(_beer(quad, name="motef", momentum=0.5), quad, 40)
+    assert not torch.allclose(c[-1].x_i, b[-1].x_i)
+
+
+def test_the_tracker_averages_the_gradient_estimates(quad):
+    states, infos, _ = trajectory(_beer(quad, name="motef", momentum=0.3), quad, 50)
+    for s in states:  # mean_i v_i = mean_i m_i: W is doubly stochastic
+        assert torch.allclose(s.v_i.mean(0), s.m_i.mean(0), atol=1e-12, rtol=0)
+    assert infos[0].bits_up == 2 * 2 * int(
+        parse_spec("topk:k=4").encode(torch.ones(8, quad.d, dtype=torch.float64),
+                                      SimulatedComm(8, 0).rng_for(parse_spec("topk:k=4"), 0)
+                                      ).nbits[0])  # fmt: skip
+
+
+def test_beer_needs_its_steps(tmp_path, capsys):
+    base = ["--compressor", "topk:k=2", "--problem", "quadratic", "--iters", "3", "--quiet"]
+    assert run(["beer", *base, "--out", str(tmp_path / "a")]) == 2
+    assert "give --step" in capsys.readouterr().err
+    assert run(["beer", *base, "--step", "0.1", "--out", str(tmp_path / "b")]) == 2
+    assert "--consensus" in capsys.readouterr().err
+    argv = ["motef", *base, "--step", "0.1", "--consensus", "0.5", "--out", str(tmp_path / "c")]
+    assert run(argv) == 2
+    assert "--momentum" in capsys.readouterr().err
+
+
+def test_beer_sharded_gloo_equals_the_simulation(tmp_path):
+    torch_dist_helpers().sharded_parity(
+        tmp_path, 2, 6, ["beer", "--compressor", "topk:k=2", "--step", "0.1", "--consensus",
+                         "0.5", "--topology", "ring"])  # fmt: skip
+
+
+@pytest.mark.dist
+@pytest.mark.parametrize(
+    ("nproc", "nodes", "argv"),
+    [
+        (3, 7, ["motef", "--compressor", "scaled:randk:k=3", "--momentum", "0.5"]),
+        (2, 9, ["gt", "--topology", "torus"]),
+        (2, 2, ["beer", "--compressor", "topk:k=2"]),
+    ],
+)
+def test_tracking_gloo_runs_equal_the_simulation(tmp_path, nproc, nodes, argv):
+    argv = [*argv, "--step", "0.1", *(["--consensus", "0.5"] if argv[0] != "gt" else [])]
+    helpers = torch_dist_helpers()
+    if nproc == nodes:
+        helpers.parity(tmp_path, nproc, argv)
+    else:
+        helpers.sharded_parity(tmp_path, nproc, nodes, argv)

@@ -69,7 +69,10 @@ def method_argv(name: str) -> list[str]:
     """A run of ``name`` with a compressor of the class its theory assumes (randomized ones
     for the unbiased methods, so the per-node streams are exercised)."""
     compressor = usual_compressor(name, 2 if ALGORITHMS[name].needs == "contractive" else 3)
-    return [name, "--compressor", compressor, "--step", "0.05"]
+    required = {"consensus": "0.5", "momentum": "0.5"}  # no theory value (BEER, MoTEF)
+    extra = [a for k, o in ALGORITHMS[name].options.items() if o.required and k in required
+             for a in (f"--{k}", required[k])]  # fmt: skip
+    return [name, "--compressor", compressor, "--step", "0.05", *extra]
 
 
 @pytest.mark.dist
