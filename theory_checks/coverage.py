@@ -66,6 +66,7 @@ COVERS: dict[str, tuple[str, ...]] = {
     "neolithic-acc": ("neolithic.acc-sqrt-kappa",),
     "choco-sgd": ("gossip.choco-linear-consensus", "gossip.beer-exact-under-heterogeneity"),
     "beer": ("gossip.beer-exact-under-heterogeneity",),
+    "gt": ("gossip.gt-exact-under-heterogeneity",),
 }  # fmt: skip
 
 
