@@ -133,6 +133,17 @@ def results_record(
     for key_kept in ("registration", "original_claim"):
         if previous and key_kept in previous:
             out[key_kept] = previous[key_kept]
+    if "registration" not in out and out.get("claim", {}).get("commit"):
+        # The first record: --record takes only a committed, unchanged claim file, so the claim
+        # was committed before these results existed.
+        commit = out["claim"]["commit"][:12]
+        out["registration"] = {
+            "preregistered": True,
+            "claim_commit": commit,
+            "first_results_commit": None,
+            "note": f"config.toml was committed in {commit} before its first results were "
+            f"recorded ({runs[key]['recorded']}): the claim was fixed before measuring",
+        }
     out["runs"] = dict(sorted(runs.items()))
     return out
 
@@ -189,9 +200,10 @@ def _listing() -> str:
         rec = recorded(name)
         reg = (rec or {}).get("registration")
         if reg is not None:
+            first = reg.get("first_results_commit")
             said = (
                 f"pre-registered: yes (claim committed in {reg['claim_commit'][:7]}, before its "
-                f"first results in {reg['first_results_commit'][:7]})"
+                + (f"first results in {first[:7]})" if first else "first results were recorded)")
                 if reg.get("preregistered")
                 else "pre-registered: not shown (claim and first results committed together in "
                 f"{reg['claim_commit'][:7]})"

@@ -49,6 +49,8 @@ def test_record_refuses_an_uncommitted_or_changed_claim(tmp_path):
     assert registration_problem(folder, None) is None
     results = rp.results_record({"dataset": None, "holds": True}, ["t"], None, folder)
     assert results["claim"]["sha256"] == claim_sha256(folder) and results["claim"]["commit"]
+    reg = results["registration"]  # a first record: the claim was committed before it
+    assert reg["preregistered"] is True and reg["claim_commit"] == results["claim"]["commit"][:12]
     assert registration_problem(folder, results) is None  # the same claim: more runs are fine
     (folder / "config.toml").write_text('name = "t"\nweaker = true\n')
     why = registration_problem(folder, results)
