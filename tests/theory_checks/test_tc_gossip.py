@@ -16,5 +16,5 @@ def test_the_instance_and_its_step():
     assert choco_consensus_step(top.rho, top.beta, tc.DELTA) == pytest.approx(0.25 / 21, rel=1e-12)
     # the torus the docstring leaves out: its step is about half the complete graph's
     torus = graph("torus", 9, "metropolis", 0)
-    assert choco_consensus_step(torus.rho, torus.beta, tc.DELTA) == pytest.approx(0.00554, rel=1e-2)
-
+    step = choco_consensus_step(torus.rho, torus.beta, tc.DELTA)
+    assert step == pytest.approx(0.00554, rel=1e-2)
