@@ -79,6 +79,23 @@ def usual_compressor(name: str, k: int = 3) -> str:
     return f"randk:k={k}"
 
 
+# Values for the options some methods require (no theory value could be read), for tests and
+# benchmarks that run every method: BEER's and MoTEF's consensus step, MoTEF's momentum.
+USUAL_REQUIRED = {"consensus": 0.5, "momentum": 0.5}
+
+
+def usual_options(name: str) -> dict[str, float]:
+    """Values for the options ``name`` requires (``option(required=True)``) that have a usual
+    value here (:data:`USUAL_REQUIRED`); the others are left to the caller."""
+    opts = get_algorithm(name).options
+    return {k: v for k, v in USUAL_REQUIRED.items() if k in opts and opts[k].required}
+
+
+def usual_argv(name: str) -> list[str]:
+    """:func:`usual_options` as command-line flags."""
+    return [a for k, v in usual_options(name).items() for a in (f"--{k}", str(v))]
+
+
 def get_algorithm(name: str) -> type[Algorithm]:
     """The class registered as ``name`` (or an alias); ``ValueError`` lists the valid names."""
     key = ALIASES.get(name, name)

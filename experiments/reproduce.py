@@ -9,7 +9,8 @@ A reproduction is a folder ``experiments/papers/NAME/`` with
     initial full gradients not charged, as the papers' plots do; ``"include-initial"``: charged),
     ``seeds`` (how seeds are combined, only ``"median"``) and ``kind``:
     ``"order"`` (``order``: method labels whose bits to tolerance must be strictly increasing
-    along the list), ``"beats"`` (each of ``winners`` strictly below ``baseline``) or
+    along the list), ``"beats"`` (each of ``winners`` strictly below ``baseline``; with
+    ``any = true`` the best of them) or
     ``"heatmap"`` (one method over a grid of ``rows`` x ``cols`` cells;
     ``base_col`` is the column of the first baseline, ``base_row`` the row of the second: the
     claim is that a cell outside both needs strictly fewer bits than every baseline cell) or
@@ -190,6 +191,7 @@ def reproduce(
         "cols": claim.cols,
         "base_row": claim.base_row,
         "base_col": claim.base_col,
+        **({"any": True} if claim.any else {}),
         **(
             {
                 "axis": claim.axis,

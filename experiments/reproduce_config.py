@@ -24,7 +24,7 @@ QUICK_REPLACED = ("name", "methods")
 CLAIM_KEYS = (
     "kind", "order", "statement", "metric", "tol", "bits", "seeds",
     "rows", "cols", "base_row", "base_col", "winners", "baseline",
-    "axis", "base", "high", "affected", "robust", "factor", "suffer",
+    "axis", "base", "high", "affected", "robust", "factor", "suffer", "any",
 )  # fmt: skip
 KINDS = ("order", "beats", "heatmap", "slowdown")
 BITS = ("exclude-initial", "include-initial")
@@ -50,6 +50,8 @@ class Claim:
         bits: ``"exclude-initial"`` or ``"include-initial"`` (the initial full gradients).
         order: for ``order``: method labels, fewest bits to tolerance first; for ``beats``:
             the winners followed by the baseline.
+        any: for ``beats``: the best of the winners must beat the baseline (one method tuned
+            over settings written as several labels, e.g. a consensus step), not each of them.
         rows, cols: for ``heatmap``: the two grid keys spanning the cells.
         base_row, base_col: for ``heatmap``: the baselines' row and column values.
         axis: for ``slowdown``: the grid key along which the data grow more heterogeneous
@@ -77,6 +79,7 @@ class Claim:
     high_level: Any = None
     factor: float = 0.0
     suffer: float = 0.0
+    any: bool = False
 
 
 @dataclass(frozen=True)
@@ -209,6 +212,8 @@ def _claim(raw: Any, name: str, labels: list[str], select: dict) -> Claim:
         if not isinstance(winners, list) or not winners or baseline is None:
             raise ValueError(f"{name}: a 'beats' claim needs [claim].winners and .baseline")
         raw = {**raw, "order": [*winners, baseline]}
+        if not isinstance(raw.get("any", False), bool):
+            raise ValueError(f"{name}: [claim].any must be true or false, got {raw['any']!r}")
     if kind in ("order", "beats"):
         order = raw.get("order")
         if (
@@ -220,7 +225,8 @@ def _claim(raw: Any, name: str, labels: list[str], select: dict) -> Claim:
         missing = [o for o in order if o not in labels]
         if missing:
             raise ValueError(f"{name}: [claim].order names {missing}, not among methods {labels}")
-        return Claim(kind, bits=bits, order=tuple(order), **common)
+        return Claim(kind, bits=bits, order=tuple(order), any=bool(raw.get("any", False)),
+                     **common)  # fmt: skip
     if kind == "slowdown":
         return _slowdown_claim(raw, name, labels, bits, common)
     for key in ("rows", "cols", "base_row", "base_col"):

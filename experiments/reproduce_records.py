@@ -34,6 +34,7 @@ def golden_record(verdict: dict[str, Any]) -> dict[str, Any]:
     """The golden record of a quick verdict (see :mod:`experiments.reproduce`)."""
     keep = ("name", "quick", "kind", "metric", "tol", "bits", "order", "holds", "settings")
     slowdown = ("axis", "base", "high", "factor", "suffer") if verdict["kind"] == "slowdown" else ()
+    slowdown += ("any",) if verdict.get("any") else ()
     return {
         **{k: verdict[k] for k in keep + slowdown},
         "tolerance": {

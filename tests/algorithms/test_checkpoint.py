@@ -13,7 +13,7 @@ import time
 import pytest
 import torch
 
-from algorithms.registry import ALGORITHMS, usual_compressor
+from algorithms.registry import ALGORITHMS, usual_argv, usual_compressor
 from algorithms.run import TIME_COLUMNS, run
 
 BASE = ["--problem", "quadratic", "--nodes", "4", "--seed", "5", "--log-every", "1", "--quiet",
@@ -31,7 +31,7 @@ def compressor_for(name: str) -> str:
 
 @pytest.mark.parametrize("name", sorted(ALGORITHMS))
 def test_resume_equals_the_uninterrupted_run(tmp_path, name):
-    argv = [name, "--compressor", compressor_for(name), *BASE]
+    argv = [name, "--compressor", compressor_for(name), *BASE, *usual_argv(name)]
     assert run([*argv, "--iters", "24", "--out", str(tmp_path / "whole")]) == 0
     part = tmp_path / "part"
     assert run([*argv, "--iters", "11", "--checkpoint-every", "5", "--out", str(part)]) == 0

@@ -27,22 +27,19 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from algorithms.base import uncharged_init
-from algorithms.registry import ALGORITHMS, usual_compressor
+from algorithms.registry import ALGORITHMS, usual_compressor, usual_options
 from comm import SimulatedComm
 from compressors import parse_spec
 from problems.registry import make_problem
 
 STEPS = 6
-REQUIRED = {"consensus": 0.5, "momentum": 0.5}
 
 
 def _instance(name: str, n: int, d: int, k: int, seed: int):
     problem = make_problem("quadratic", nodes=n, lam=0.2, dim=d, seed=seed)
     spec = usual_compressor(name, min(k, d))
     cls = ALGORITHMS[name]
-    # options a method requires (no theory value): a valid one (BEER's consensus, MoTEF's
-    # momentum)
-    opts = {k: REQUIRED[k] for k, o in cls.options.items() if o.required and k in REQUIRED}
+    opts = usual_options(name)  # options a method requires (BEER's consensus, MoTEF's momentum)
     try:
         algo, _ = cls.configure(problem, parse_spec(spec), **opts)
     except ValueError:  # no theory step here (stochastic methods' batch constants): a fixed one

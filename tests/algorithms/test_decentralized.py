@@ -223,6 +223,7 @@ def test_beer_needs_its_steps(tmp_path, capsys):
     assert "--momentum" in capsys.readouterr().err
 
 
+@pytest.mark.dist
 def test_beer_sharded_gloo_equals_the_simulation(tmp_path):
     torch_dist_helpers().sharded_parity(
         tmp_path, 2, 6, ["beer", "--compressor", "topk:k=2", "--step", "0.1", "--consensus",

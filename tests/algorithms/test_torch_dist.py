@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from algorithms.registry import ALGORITHMS, usual_compressor
+from algorithms.registry import ALGORITHMS, usual_argv, usual_compressor
 from algorithms.run import run
 
 TORCHRUN = shutil.which("torchrun") or os.path.join(os.path.dirname(sys.executable), "torchrun")
@@ -69,10 +69,7 @@ def method_argv(name: str) -> list[str]:
     """A run of ``name`` with a compressor of the class its theory assumes (randomized ones
     for the unbiased methods, so the per-node streams are exercised)."""
     compressor = usual_compressor(name, 2 if ALGORITHMS[name].needs == "contractive" else 3)
-    required = {"consensus": "0.5", "momentum": "0.5"}  # no theory value (BEER, MoTEF)
-    extra = [a for k, o in ALGORITHMS[name].options.items() if o.required and k in required
-             for a in (f"--{k}", required[k])]  # fmt: skip
-    return [name, "--compressor", compressor, "--step", "0.05", *extra]
+    return [name, "--compressor", compressor, "--step", "0.05", *usual_argv(name)]
 
 
 @pytest.mark.dist

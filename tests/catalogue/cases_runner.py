@@ -257,7 +257,7 @@ CASES: list[Case] = [
     opt(
         "run-mask-method-takes-no-compressor",
         [],
-        r"takes no compressor, got topk.*identity",
+        r"takes no compressor \(.*\), got topk.*identity",
         argv=["compressed-scaffnew", "--compressor", "topk", "--iters", "3", "--quiet"],
     ),
     opt("run-unknown-algorithm", [], r"unknown algorithm.*'nosuch'", argv=["nosuch"]),

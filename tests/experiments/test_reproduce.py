@@ -17,7 +17,7 @@ from experiments import reproduce as rp
 NAMES = [
     "ef21-vs-ef", "marina-vs-diana", "dasha-vs-marina", "3pc-lag", "3pc-quadratic",
     "adiana-vs-diana", "fednl-vs-first-order", "fednl-rank1", "byz-vr-marina",
-    "noniid-ef-vs-qsgd",
+    "noniid-ef-vs-qsgd", "choco-vs-exact",
 ]  # fmt: skip
 
 
@@ -256,6 +256,15 @@ def test_beats_needs_every_winner_below_the_baseline():
     bad = _rows({("A", 1.0): [5.0], ("B", 1.0): [11.0], ("C", 1.0): [10.0]})
     assert rp.evaluate(rp.aggregate(ok, paper, []), paper)["holds"] is True
     assert rp.evaluate(rp.aggregate(bad, paper, []), paper)["holds"] is False
+
+
+def test_beats_any_needs_the_best_winner_below_the_baseline():
+    claim = _claim(kind="beats", order=("A", "B", "C"), any=True)
+    paper = _paper(claim, [{"algorithm": x, "label": x} for x in "ABC"])
+    one = _rows({("A", 1.0): [5.0], ("B", 1.0): [11.0], ("C", 1.0): [10.0]})
+    none = _rows({("A", 1.0): [10.0], ("B", 1.0): [math.inf], ("C", 1.0): [10.0]})
+    assert rp.evaluate(rp.aggregate(one, paper, []), paper)["holds"] is True
+    assert rp.evaluate(rp.aggregate(none, paper, []), paper)["holds"] is False
 
 
 @pytest.mark.parametrize(("inner", "holds"), [(7.0, True), (8.0, False), (math.inf, False)])
