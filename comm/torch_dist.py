@@ -16,13 +16,15 @@ the model never needs to be broadcast (its downlink is still charged, as for a r
 
 Sparse payloads cross the wire compressed: a sparsifier's ``k`` values and indices are
 all-gathered (private supports, e.g. Top-K) or its ``k`` values all-reduced (a support shared
-by every node, e.g. Rand-K with a shared seed). Other payloads still cross as decoded dense
+by every node, e.g. Rand-K with a shared seed); a linear sketch under shared randomness (count
+sketch) is all-reduced as its table. Other payloads still cross as decoded dense
 rows (one all-reduce of ``d`` values). The ledger counts each payload's documented bits, as in
 simulation, and ``ledger.extra["wire_bytes"]`` the bytes this rank handed to collectives.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
 from typing import Any
 
@@ -127,6 +129,12 @@ class TorchDistComm(Comm):
         values = packet.fields.get("values")
         if compressor.linear and packet.wire == {"values"} and values.shape[-1] == packet.d:
             return self._all_reduce((compressor.decode(packet)[0] * w).contiguous(), sending)
+        if compressor.linear and compressor.shared_randomness and packet.wire == {"values"}:
+            # A linear sketch under shared randomness (count sketch): the nodes' tables sum to
+            # the table of their sum, so one all-reduce of the table, decoded once.
+            table = self._all_reduce((values[0] * w).contiguous(), sending)
+            summed = dataclasses.replace(packet, fields={**packet.fields, "values": table[None]})
+            return compressor.decode(summed)[0]
         data, nbytes = compressor.to_bytes(packet)
         data, nbytes = data.to(self.device), nbytes.to(self.device)
         if compressor.fixed_size and weight is None:  # every rank sends the same size

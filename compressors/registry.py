@@ -15,6 +15,7 @@ import typing
 from compressors.base import Compressor
 from compressors.bernoulli import Bernoulli
 from compressors.compose import Compose
+from compressors.count_sketch import CountSketch
 from compressors.dithering import QSGD
 from compressors.fosgd import FOSGD
 from compressors.grid_round import GridRound
@@ -53,6 +54,7 @@ COMPRESSORS: dict[str, type[Compressor]] = {
     "threshold": Threshold,
     "round": GridRound,
     "3lc": ThreeLC,
+    "countsketch": CountSketch,
     "fo-sgd": FOSGD,
 }
 # Installed packages' classes under the entry-point group 'compzoo.compressors', added on first use
