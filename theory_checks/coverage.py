@@ -67,6 +67,7 @@ COVERS: dict[str, tuple[str, ...]] = {
     "choco-sgd": ("gossip.choco-linear-consensus", "gossip.beer-exact-under-heterogeneity"),
     "beer": ("gossip.beer-exact-under-heterogeneity",),
     "gt": ("gossip.gt-exact-under-heterogeneity",),
+    "d-sgd": ("gossip.dsgd-neighbourhood-in-step",),
 }  # fmt: skip
 
 
