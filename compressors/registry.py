@@ -27,6 +27,7 @@ from compressors.rand_k import RandK
 from compressors.rank_r import RankR
 from compressors.scaled import Scaled
 from compressors.scaled_sign import ScaledSign
+from compressors.sidco import SIDCo
 from compressors.sign import Sign
 from compressors.symrank import SymRank
 from compressors.terngrad import TernGrad
@@ -55,6 +56,7 @@ COMPRESSORS: dict[str, type[Compressor]] = {
     "round": GridRound,
     "3lc": ThreeLC,
     "countsketch": CountSketch,
+    "sidco": SIDCo,
     "fo-sgd": FOSGD,
 }
 # Installed packages' classes under the entry-point group 'compzoo.compressors', added on first use
