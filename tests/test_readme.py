@@ -231,7 +231,18 @@ def _check_beer(tmp: Path, out: str) -> None:
     assert 3e-7 < float(rows[-1].split(",")[head.index("consensus")]) < 5e-7
 
 
+def _check_sparsifiers(tmp: Path, out: str) -> None:
+    rows = [line.split("|") for line in out.splitlines() if line.startswith("| ")][1:]
+    assert len(rows) == 10, out
+    kept = {(r[1].strip(), r[2].strip()): float(r[5]) for r in rows}
+    assert kept[("laplace", "topk")] == 1.0 and 0.9 < kept[("gauss", "sidco-exp-3")] < 1.2, out
+
+
 EXERCISED: dict[str, Use] = {
+    "python -m benchmarks.sparsifiers --dim 1000000 --ratio 0.01": Use(
+        [*PY, "benchmarks.sparsifiers", "--dim", "100000", "--ratio", "0.01", "--repeats", "1"],
+        _check_sparsifiers,
+    ),
     CHOCO_DOC: Use(None, _check_choco),
     BEER_DOC: Use(None, _check_beer),
     CHOCO_DIST_DOC: Use(
