@@ -20,6 +20,7 @@ from compressors.dithering import QSGD
 from compressors.fosgd import FOSGD
 from compressors.grid_round import GridRound
 from compressors.identity import Identity
+from compressors.mlmc import MLMCTopK
 from compressors.natural import Natural
 from compressors.natural_dithering import NaturalDithering
 from compressors.perm_k import PermK
@@ -57,6 +58,7 @@ COMPRESSORS: dict[str, type[Compressor]] = {
     "3lc": ThreeLC,
     "countsketch": CountSketch,
     "sidco": SIDCo,
+    "mlmc": MLMCTopK,
     "fo-sgd": FOSGD,
 }
 # Installed packages' classes under the entry-point group 'compzoo.compressors', added on first use
