@@ -16,10 +16,12 @@ from streams import Streams
 @dataclass(frozen=True)
 class MLMCTopK(Compressor):
     """Multilevel Monte Carlo (MLMC) compression: Top-K made unbiased by a randomized
-    telescoping sum (the MLMC compression of 2025 in the project's sources; the construction is
-    the classic MLMC debiasing, Giles 2008, and Rhee & Glynn 2015, arXiv 1409.4302, applied to
-    the levels of a biased compressor). Only the abstract could be read; the level schedule and
-    probabilities below are this library's, stated as such.
+    telescoping sum (Zukerman, Hamoud & Levy, ICML 2025, arXiv 2507.05508, "Beyond
+    Communication Overhead: A Multilevel Monte Carlo Approach for Mitigating Compression Bias
+    in Distributed Learning"; the construction is the classic MLMC debiasing, Rhee & Glynn
+    2015, arXiv 1409.4302, applied to the levels of a biased compressor). Only the abstract
+    could be read (it names Top-K and bit-wise levels and an adaptive version); the level
+    schedule and the adaptive probabilities below are this library's, stated as such.
 
     Levels ``k_0 = k < k_1 < ... < k_L = d`` with ``k_l = min(d, k 2^l)``; ``T_l`` is Top-``k_l``
     (ties to the lower index) and ``D_l = T_l(x) - T_{l-1}(x)`` its increment (the coordinates
