@@ -352,6 +352,8 @@ class Algorithm:
                 raise ValueError(
                     f"--{flag} must be one of {', '.join(map(str, opt.choices))}, got {value!r}"
                 )
+            if opt.required and value is None:
+                raise ValueError(f"--{flag} must be given: {opt.help}")
             if opt.check is not None:
                 opt.check(f"--{flag}", value, optional=not opt.required)
             if opt.type is Compressor and value is not None and not isinstance(value, Compressor):

@@ -198,14 +198,14 @@ class Comm:
         Node ``i`` sends its message to each of its ``deg_i`` neighbours, point to point, and is
         charged ``deg_i`` times its bits uplink; it is charged the bits of the messages it
         receives from its neighbours downlink. Nothing goes through a server."""
-        self._charge_gossip(packet.nbits, topology)
+        self._charge_gossip(packet.nbits, topology, uniform=compressor.fixed_size)
         return self._mix(compressor.decode(packet), packet, compressor, topology)
 
     def gossip_full(self, rows: torch.Tensor, topology: Topology) -> torch.Tensor:
         """The same for uncompressed rows (``float_bits * d`` bits per message): one round of
         plain gossip averaging, ``(W X)_i`` for each held node."""
         nbits = torch.full((self.m,), self.float_bits * rows.shape[1], dtype=torch.int64)
-        self._charge_gossip(nbits, topology)
+        self._charge_gossip(nbits, topology, uniform=True)
         return self._mix(rows, None, None, topology)
 
     def _mix(
@@ -219,28 +219,43 @@ class Comm:
         payloads (torch.distributed) sends ``packet`` in its wire form to the neighbours."""
         raise NotImplementedError
 
-    def _charge_gossip(self, nbits: torch.Tensor, topology: Topology) -> None:
+    def _charge_gossip(self, nbits: torch.Tensor, topology: Topology, uniform: bool) -> None:
+        """Uplink: ``deg_i`` copies of each held node's message; downlink: what its neighbours
+        send it. With ``uniform`` (every message the same size: a fixed-size compressor, or
+        uncompressed rows) that is ``deg_i`` times the held nodes' own size, with no exchange
+        of sizes; otherwise every node's size is gathered and summed over the held nodes'
+        edges."""
         if topology.n != self.n:
             raise ValueError(f"topology has {topology.n} nodes, the run {self.n}")
-        nb = self._gossip_plan(topology)
-        self.ledger.charge_up(nbits.cpu().to(torch.int64) * nb["deg"])
-        received = self.gather_all_nbits(nbits.cpu().to(torch.int64))
-        self.ledger.charge_down(nb["A"] @ received)
+        plan = self._gossip_plan(topology)
+        nbits = nbits.cpu().to(torch.int64)
+        self.ledger.charge_up(nbits * plan["deg"])
+        if uniform and nbits.numel():
+            self.ledger.charge_down(plan["deg"] * nbits[0])
+            return
+        received = self.gather_all_nbits(nbits)
+        down = torch.zeros(self.m, dtype=torch.int64)
+        down.index_add_(0, plan["edge_to"], received[plan["edge_from"]])
+        self.ledger.charge_down(down)
 
     def _gossip_plan(self, topology: Topology) -> dict[str, Any]:
-        """What gossip over ``topology`` needs for the held nodes, built once per topology:
-        degrees, the adjacency rows, the mixing rows."""
+        """What gossip over ``topology`` needs for the held nodes, built once per topology: the
+        held nodes' degrees, their incoming edges as two index lists (``edge_to``: the held
+        row, ``edge_from``: the neighbour's node id), and their rows of ``W``."""
         cache = self.__dict__.setdefault("_plans", {})
-        key = id(topology)
+        key = id(topology)  # the plan holds the topology, so its id is not reused meanwhile
         if key not in cache:
-            A = (topology.W > 0).to(torch.int64)
-            A.fill_diagonal_(0)
             held = self.nodes
+            rows = topology.W[held]
+            adjacent = rows > 0
+            adjacent[torch.arange(self.m), held] = False
+            edge_to, edge_from = adjacent.nonzero(as_tuple=True)
             cache[key] = {
                 "topology": topology,
-                "deg": A[held].sum(dim=1),
-                "A": A[held],
-                "W": topology.W[held],
+                "deg": torch.bincount(edge_to, minlength=self.m).to(torch.int64),
+                "edge_to": edge_to,
+                "edge_from": edge_from,
+                "W": rows,
             }
         return cache[key]
 

@@ -50,6 +50,9 @@ import numpy as np
 import torch
 
 KINDS = ("ring", "torus", "complete", "star", "er:p=P", "file:PATH")
+# The spectral gap is computed exactly by a dense eigendecomposition of W (O(n^3) time, n^2
+# memory), and W is held dense: up to this many nodes.
+MAX_NODES = 4096
 MIXINGS = ("metropolis", "uniform")
 ER_DRAWS = 1000
 # A matrix read from a file is accepted as symmetric and doubly stochastic to this tolerance.
@@ -139,6 +142,11 @@ def build(spec: str, n: int, mixing: str = "metropolis", seed: int = 0) -> Topol
         raise ValueError(f"--mixing must be one of {', '.join(MIXINGS)}, got {mixing!r}")
     if isinstance(n, bool) or not isinstance(n, int) or n < 2:
         raise ValueError(f"a topology needs n >= 2 nodes, got {n!r}")
+    if n > MAX_NODES:
+        raise ValueError(
+            f"a topology on {n} nodes: its exact spectral gap needs a dense eigendecomposition "
+            f"of W; allowed: n <= {MAX_NODES}"
+        )
     if kind == "file":
         A, W = _read_file(Path(str(arg)), n)
         if W is not None:

@@ -10,6 +10,7 @@ import torch
 
 from compressors.base import Compressor, Packet, check_float_bits, work_dtype
 from compressors.bitpack import BitReader, BitWriter
+from compressors.nonfinite import saturate
 from streams import Streams, tags
 
 
@@ -111,7 +112,7 @@ class CountSketch(Compressor):
         table = torch.zeros(m, self.rows, c, dtype=torch.float64, device=x_i.device)
         table.scatter_add_(2, buckets.to(x_i.device), scaled)
         table = table.reshape(m, -1)
-        values = _saturated(table / shift, table, x_i.dtype)
+        values = saturate((table / shift).to(x_i.dtype), table, x_i.dtype)
         meta = {"keys": rng.keys, "width": c}
         return self._packet(x_i, self.bits(d), {"values"}, meta, values=values)
 
@@ -122,7 +123,7 @@ class CountSketch(Compressor):
         buckets, signs = self._hashes(rng, m, d)
         table = values.to(work_dtype(values.dtype)).reshape(m, self.rows, packet.meta["width"])
         est = torch.gather(table, 2, buckets.to(values.device)) * signs.to(values.device)
-        return _saturated((est / self.rows).sum(dim=1), est[:, 0], packet.dtype)
+        return saturate((est / self.rows).sum(dim=1).to(packet.dtype), est[:, 0], packet.dtype)
 
     def _write(self, packet: Packet, w: BitWriter) -> None:
         w.floats(packet.fields["values"])
@@ -133,10 +134,3 @@ class CountSketch(Compressor):
         keys = like.meta["keys"][:1].to(rd.device).expand(rd.r).clone()
         meta = {"keys": keys, "width": width}
         return self._rebuilt(like, rd.r, self.bits(like.d), meta, values=values)
-
-
-def _saturated(y: torch.Tensor, source: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """``y`` in ``dtype``: where ``source`` (what ``y`` was computed from) is finite, clamped to
-    ``±finfo(dtype).max``; elsewhere (a NaN or inf input) kept as it is."""
-    big = torch.finfo(dtype).max
-    return torch.where(torch.isfinite(source), y.clamp(-big, big), y).to(dtype)

@@ -110,6 +110,7 @@ def test_a_bad_file_is_refused_with_a_message(tmp_path, content, message):
         ("er:q=0.5", 8, "0 < P <= 1"),
         ("torus", 7, "n = r x c with r, c >= 3"),
         ("ring", 1, "n >= 2"),
+        ("ring", 5000, "allowed: n <= 4096"),
         ("file:/no/such/file", 3, "file not found"),
     ],
 )
