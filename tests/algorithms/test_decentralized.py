@@ -98,14 +98,16 @@ def test_choco_converges_and_its_nodes_agree(quad):
 def test_the_consensus_step_is_the_recalled_formula_and_shrinks_with_compression(quad):
     top = graph("ring", 8, "metropolis", 0)
     _, rec = ChocoSGD.configure(quad, parse_spec("topk:k=3"), topology="ring")
-    delta = 3 / 12
-    want = choco_consensus_step(top.rho, top.beta, delta)
-    assert rec["params"]["consensus"] == pytest.approx(want)
-    assert 0 < want < choco_consensus_step(top.rho, top.beta, 1.0) <= 1
+    # by hand: the ring of 8 with the 1/3 matrix has rho = 1 - (1 + 2 cos(pi/4))/3 and
+    # beta = 1 - lambda_n = 4/3; Top-3 of 12 has delta = 1/4; the formula then gives 9.0117e-4
+    assert top.rho == pytest.approx(0.19526214587563506) and top.beta == pytest.approx(4 / 3)
+    want = 0.0009011694922726744
+    assert rec["params"]["consensus"] == pytest.approx(want, rel=1e-12)
+    assert choco_consensus_step(top.rho, top.beta, 1 / 4) == pytest.approx(want, rel=1e-12)
+    assert want < choco_consensus_step(top.rho, top.beta, 1.0) <= 1
     assert rec["provenance"]["kind"] == "derived"
-    assert rec["gamma"] == pytest.approx(want * rec["theory"]["inputs"]["L_max"] ** 0 *
-                                         DSGD.configure(quad, parse_spec("identity"),
-                                                        topology="ring")[0].gamma)  # fmt: skip
+    eta_dsgd = DSGD.configure(quad, parse_spec("identity"), topology="ring")[0].gamma
+    assert rec["gamma"] == pytest.approx(want * eta_dsgd, rel=1e-12)  # eta = consensus x D-SGD's
     assert rec["theory"]["inputs"]["rho"] == pytest.approx(top.rho)
 
 

@@ -44,14 +44,14 @@ BASE = ["--problem", "quadratic", "--nodes", "4", "--seed", "5", "--log-every", 
 
 def runs() -> dict[str, list[list[str]]]:
     """Every recorded run: key -> the command lines it takes (``{out}`` is its folder)."""
-    from algorithms.registry import ALGORITHMS, usual_compressor
+    from algorithms.registry import ALGORITHMS, usual_argv, usual_compressor
     from problems import datasets
 
     out: dict[str, list[list[str]]] = {}
     torchrun = shutil.which("torchrun") or str(Path(sys.executable).parent / "torchrun")
     py = [sys.executable, "-m", "runner.main"]
     for name in sorted(ALGORITHMS):
-        args = [name, "--compressor", usual_compressor(name, 3), *BASE]
+        args = [name, "--compressor", usual_compressor(name, 3), *BASE, *usual_argv(name)]
         out[f"{name}/theory"] = [[*py, *args, "--iters", "30", "--out", "{out}"]]
         fixed = [*args, "--step", "0.02"]
         out[f"{name}/resume"] = [
