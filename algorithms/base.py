@@ -326,6 +326,12 @@ class Algorithm:
         provenance: where the default step comes from (:mod:`algorithms.provenance`: a
             theorem, the authors' code, a derivation written here, another method's step, a
             reconstruction, a practical default, or none); every registered method declares it.
+        example_compressor: for a method that takes ``"any"`` compressor but is built for one
+            (Dyna-COLD's binary quantizer), that compressor's spec: the one the registry-wide
+            tests and benchmarks run it with (:func:`algorithms.registry.usual_compressor`).
+        solves_vi: the method solves variational inequalities (``problem.grad`` an operator
+            ``F_i``, no objective): only such methods run on a ``variational`` problem
+            (:func:`problems.capabilities.check_kind`, exit 2 otherwise).
     """
 
     compressor: Compressor
@@ -339,6 +345,8 @@ class Algorithm:
     options = _Options()  # (not a field: no annotation)
     reports: ClassVar[tuple[str, ...]] = ()
     provenance: ClassVar[Provenance | None] = None
+    example_compressor: ClassVar[str | None] = None
+    solves_vi: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.compressor, Compressor):

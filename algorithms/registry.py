@@ -51,11 +51,33 @@ ALGORITHMS: dict[str, type[Algorithm] | str] = {
     "newton-3pc": "algorithms.second_order.newton_3pc:Newton3PC",
     "neolithic": "algorithms.multistage.neolithic:NEOLITHIC",
     "neolithic-acc": "algorithms.multistage.neolithic_acc:NEOLITHICAcc",
+    "ef21-sgdm": "algorithms.ef.ef21_sgdm:EF21SGDM",
+    "ef21-sgd2m": "algorithms.ef.ef21_sgdm:EF21SGD2M",
+    "econtrol": "algorithms.ef.econtrol:EControl",
+    "signsgd-mv": "algorithms.sign.majority_vote:SignSGDMV",
+    "signum-mv": "algorithms.sign.majority_vote:SignumMV",
+    "onebit-adam": "algorithms.sign.onebit_adam:OneBitAdam",
+    "zero-one-adam": "algorithms.sign.onebit_adam:ZeroOneAdam",
+    "ef21-p-diana": "algorithms.bidirectional.ef21_p:EF21PDIANA",
+    "ef21-p-dcgd": "algorithms.bidirectional.ef21_p:EF21PDCGD",
+    "marina-p": "algorithms.bidirectional.marina_p:MARINAP",
+    "m3": "algorithms.bidirectional.marina_p:M3",
+    "powersgd-plus": "algorithms.lowrank.powersgd_plus:PowerSGDPlus",
+    "laser": "algorithms.lowrank.laser:LASER",
+    "fetchsgd": "algorithms.sketch.fetchsgd:FetchSGD",
+    "sketched-amsgrad": "algorithms.sketch.sketched_amsgrad:SketchedAMSGrad",
+    "tamuna": "algorithms.local.tamuna:TAMUNA",
+    "locodl": "algorithms.local.locodl:LoCoDL",
+    "byteps-adam": "algorithms.momentum.adaptive_bidirectional:BytePSAdam",
+    "2direction": "algorithms.bidirectional.two_direction:TwoDirection",
+    "masha1": "algorithms.vi.masha1:MASHA1",
     "d-sgd": "algorithms.decentralized.d_sgd:DSGD",
     "choco-sgd": "algorithms.decentralized.choco_sgd:ChocoSGD",
     "gt": "algorithms.decentralized.tracking:GradientTracking",
     "beer": "algorithms.decentralized.tracking:BEER",
     "motef": "algorithms.decentralized.tracking:MoTEF",
+    "cold": "algorithms.decentralized.cold:COLD",
+    "dyna-cold": "algorithms.decentralized.cold:DynaCOLD",
 }
 # Installed packages' classes under the entry-point group 'compzoo.algorithms', added on first use
 # (streams.plugins).
@@ -66,10 +88,14 @@ ALIASES: dict[str, str] = {"ef14": "ef-sgd"}
 
 def usual_compressor(name: str, k: int = 3) -> str:
     """A compressor spec of the class ``name``'s theory assumes (its ``needs``), for tests and
-    benchmarks that run every method: Top-K for contractive methods, the random grid rounding
-    for absolute ones, the identity for methods with a compression mechanism of their own, and
+    benchmarks that run every method: the compressor a method declares it is built for
+    (``example_compressor``), else Top-K for contractive methods, the random grid rounding for
+    absolute ones, the identity for methods with a compression mechanism of their own, and
     Rand-K (random, so the per-node streams are exercised) for the rest."""
-    needs = get_algorithm(name).needs
+    cls = get_algorithm(name)
+    if cls.example_compressor is not None:
+        return cls.example_compressor
+    needs = cls.needs
     if needs == "contractive":
         return f"topk:k={k}"
     if needs == "absolute":

@@ -17,7 +17,9 @@ from compressors.bernoulli import Bernoulli
 from compressors.compose import Compose
 from compressors.count_sketch import CountSketch
 from compressors.dithering import QSGD
+from compressors.fastsgd import FastSGD
 from compressors.fosgd import FOSGD
+from compressors.gennorm import GenNorm
 from compressors.grid_round import GridRound
 from compressors.identity import Identity
 from compressors.mlmc import MLMCTopK
@@ -28,10 +30,13 @@ from compressors.rand_k import RandK
 from compressors.rank_r import RankR
 from compressors.scaled import Scaled
 from compressors.scaled_sign import ScaledSign
+from compressors.shared_scale import MSQ, SSQ
 from compressors.sidco import SIDCo
 from compressors.sign import Sign
+from compressors.spherical import Spherical
 from compressors.symrank import SymRank
 from compressors.terngrad import TernGrad
+from compressors.thc import THC
 from compressors.threelc import ThreeLC
 from compressors.threshold import Threshold
 from compressors.top_k import TopK
@@ -60,6 +65,12 @@ COMPRESSORS: dict[str, type[Compressor]] = {
     "sidco": SIDCo,
     "mlmc": MLMCTopK,
     "fo-sgd": FOSGD,
+    "ssq": SSQ,
+    "msq": MSQ,
+    "thc": THC,
+    "spherical": Spherical,
+    "fastsgd": FastSGD,
+    "gennorm": GenNorm,
 }
 # Installed packages' classes under the entry-point group 'compzoo.compressors', added on first use
 # (streams.plugins).

@@ -247,6 +247,8 @@ def problems_page() -> str:
         ]
         if cls.default_step is not None:
             facts.append(f"default step {cls.default_step} where theory has no constants")
+        if getattr(cls, "variational", False):
+            facts.append("a variational inequality (`variational`: only methods that solve VIs)")
         out += [f"### {name}", "", f"{_where(cls)}: {_line(cls.description)}.", ""]
         out.append(f"Declares: {', '.join(facts)}.")
         if cls.knobs:

@@ -49,6 +49,15 @@ _MEANING = {
     "f_star": "min f",
     "zeta2": "mean_i ||grad f_i(x*)||^2",
 }
+# A variational inequality (``variational``): F is an operator and f the distance to z*.
+_MEANING_VI = {
+    "L": "Lipschitz constant of F",
+    "L_tilde": "sqrt(mean_i L_i^2), L_i of F_i",
+    "L_pm": "operator variance (the Hessian variance's analogue)",
+    "mu": "strong monotonicity of F",
+    "f_star": "0: f is ||z - z*||^2 (a VI has no objective)",
+    "zeta2": "mean_i ||F_i(z*)||^2",
+}
 
 
 def parser() -> argparse.ArgumentParser:
@@ -116,10 +125,14 @@ def report(problem, args: argparse.Namespace, t_build: float, t_consts: float) -
         "",
         f"{'constant':<10}{'value':<20}meaning",
     ]
+    vi = getattr(problem, "variational", False)
     for key in ("L", "L_tilde", "L_max", "L_pm", "mu", "f_star", "zeta2"):
         v = getattr(c, key)
-        note = _MEANING[key] if v is not None else _why_missing(problem, key)
+        meaning = (_MEANING_VI if vi else {}).get(key, _MEANING[key])
+        note = meaning if v is not None else _why_missing(problem, key)
         lines.append(f"{key:<10}{_fmt(v):<20}{note}")
+    if vi and getattr(problem, "similarity", None) is not None:
+        lines.append(f"{'delta':<10}{_fmt(problem.similarity):<20}similarity max_i ||F_i' - F'||")
     f_low = getattr(problem, "f_lower_bound", None)
     if c.f_star is None and f_low is not None:
         lines.append(f"{'f_inf >=':<10}{_fmt(f_low):<20}a lower bound of inf f (f >= {f_low:g})")

@@ -10,7 +10,12 @@ the capability, the problem and which problems have it, never an ``AttributeErro
 - ``server_data``: an objective of the server's own, :meth:`problems.base.Problem.server_grad`
   (given by a knob such as ``--problem-opt server_rows=K``);
 - ``smoothness_matrices``: the nodes' smoothness matrices ``L_i``,
-  :meth:`problems.base.Problem.smoothness_matrices`.
+  :meth:`problems.base.Problem.smoothness_matrices`;
+- ``objective``: an objective ``f`` whose gradients ``grad`` returns, which every problem has
+  but a variational inequality (``variational = True``, e.g. ``quadratic-game``: ``grad`` is an
+  operator ``F_i`` and ``loss`` the distance to the solution). :func:`check_kind` asks it of
+  every method that does not declare ``solves_vi = True``: a minimisation method's steps and
+  theory assume a gradient field and ``f``.
 """
 
 from __future__ import annotations
@@ -21,7 +26,15 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-__all__ = ["CAPABILITIES", "Capability", "HasHessians", "HasServerData", "check", "missing"]
+__all__ = [
+    "CAPABILITIES",
+    "Capability",
+    "HasHessians",
+    "HasServerData",
+    "check",
+    "check_kind",
+    "missing",
+]
 
 
 @runtime_checkable
@@ -74,6 +87,14 @@ CAPABILITIES: dict[str, Capability] = {
         lambda p: p.smoothness_matrices() is not None,
         lambda p: "the GLMs (logreg, least-squares, ...) and the quadratics know them",
     ),
+    "objective": Capability(
+        "an objective f to minimise (its gradients, f and f*)",
+        lambda p: not getattr(p, "variational", False),
+        lambda p: (
+            "it is a variational inequality (an operator F, no objective): use a method "
+            "that solves VIs (python -m algorithms.run --list: masha1, ...)"
+        ),
+    ),
 }
 
 
@@ -92,3 +113,10 @@ def check(method: str, problem, required: tuple[str, ...]) -> None:
             f"{method} needs {cap.what} ({name}), which problem {pname!r} does not give; "
             f"{cap.hint(problem)}"
         )
+
+
+def check_kind(method: str, method_cls, problem) -> None:
+    """``ValueError`` when ``problem`` is a variational inequality and ``method_cls`` does not
+    declare ``solves_vi = True`` (its steps and theory assume the gradients of an objective)."""
+    if not getattr(method_cls, "solves_vi", False):
+        check(method, problem, ("objective",))

@@ -17,6 +17,7 @@ from problems.least_squares import LeastSquares
 from problems.logreg import LogReg
 from problems.logreg_nonconvex import LogRegNonconvex
 from problems.quadratic import Quadratic
+from problems.quadratic_game import QuadraticGame
 from problems.sigmoid_squared import SigmoidSquared
 from problems.torch_model import TorchModel
 from streams import plugins
@@ -43,6 +44,7 @@ PROBLEMS: dict[str, type[Problem]] = {
     "logreg-nonconvex": LogRegNonconvex,
     "sigmoid-squared": SigmoidSquared,
     "least-squares": LeastSquares,
+    "quadratic-game": QuadraticGame,
     "mlp": MLPProblem,
     "cnn": CNNProblem,
     "resnet18": ResNet18Problem,

@@ -79,6 +79,7 @@ def configure(
     """Resolve a run's configuration into a method, a problem and the config record. ``objects``
     (from :func:`runner.api.run`) may give the method's class (``"algorithm"``), a
     compressor and a problem as objects instead of names."""
+    from problems import capabilities
     from problems.registry import make_problem
 
     objects = objects or {}
@@ -143,6 +144,8 @@ def configure(
     for name, opt in cls.options.items():  # defaults that are a run option (DCGD's horizon T)
         if opt.from_run and opts.get(name) is None:
             opts[name] = getattr(args, opt.from_run)
+    # A variational inequality (quadratic-game) only for methods that solve VIs (exit 2).
+    capabilities.check_kind(cls.__name__, cls, problem)
     algo, theory_record = cls.configure(
         problem,
         compressor,

@@ -96,7 +96,52 @@ SKETCH_BUCKET = 0x5CB0  # count_sketch: the shared hash buckets
 SKETCH_SIGN = 0x5C51  # count_sketch: the shared hash signs
 GOSSIP_X = 0x60C1  # tracking (BEER, MoTEF): the compressor's draws for the iterates' copies
 GOSSIP_V = 0x60C2  # tracking (BEER, MoTEF): the compressor's draws for the trackers' copies
+COLD_INNOVATION = 0x60C3  # cold (COLD, Dyna-COLD): the compressor's draws for the innovations
 TRACK_BATCH = 0x7BA7  # tracking (gradient tracking, BEER, MoTEF): the nodes' minibatches
+
+EF21_SGDM_BATCH = 0xC101  # ef21_sgdm (EF21-SGDM, EF21-SGD2M): the nodes' minibatches
+ECONTROL_BATCH = 0xC102  # econtrol: the nodes' minibatches
+SIGN_MV_BATCH = 0xC200  # majority_vote (signSGD-MV, Signum-MV): the nodes' minibatches
+ONEBIT_BATCH = 0xC201  # onebit_adam (1-bit Adam, 0/1 Adam): the nodes' minibatches
+ONEBIT_DOWN = 0xC202  # onebit_adam (1-bit Adam, 0/1 Adam): the server's compressor draws
+TAMUNA_COHORT = 0xC801  # tamuna: the shared draw of each round's participating clients
+LOCODL_COIN = 0xC810  # locodl: the shared communication coin
+LOCODL_COMPRESS = 0xC811  # locodl: the compressor's draws for the differences x_i - y
+
+FETCHSGD_SKETCH = 0xC400  # fetchsgd: the count sketch's shared hashes (fixed over rounds)
+FETCHSGD_BATCH = 0xC401  # fetchsgd: the nodes' minibatches
+SKETCHED_AMS_SKETCH = 0xC402  # sketched_amsgrad: the count sketch's shared hashes
+SKETCHED_AMS_BATCH = 0xC403  # sketched_amsgrad: the nodes' minibatches
+SKETCHING_CHECK_DATA = 0xC410  # theory check sketching: the sparse-target quadratic's data
+
+EF21P_DOWN = 0xC300  # ef21_p (EF21-P + DIANA / DCGD): the server's downlink compressor draws
+MARINA_P_DOWN = 0xC301  # marina_p (MARINA-P, M3): the server's per-worker downlink draws
+MARINA_P_COIN = 0xC302  # marina_p (MARINA-P, M3): the coin of an uncompressed model broadcast
+M3_COIN = 0xC303  # marina_p (M3): the coin of an uncompressed gradient round (uplink)
+
+POWERSGD_PLUS_Q0 = 0xC701  # powersgd_plus: the shared initial query Q (no refresh at step 0)
+POWERSGD_PLUS_BATCH = 0xC702  # powersgd_plus: the nodes' minibatches
+LASER_P0 = 0xC703  # laser: the shared initial left factor P
+LASER_NOISE = 0xC704  # laser: the channel's additive Gaussian noise (a server stream)
+LASER_BATCH = 0xC705  # laser: the nodes' minibatches
+
+THC_SIGNS = 0xC500  # thc: the shared signs of the randomised Hadamard transform
+THC_DITHER = 0xC501  # thc: each node's stochastic rounding to the table
+SPHERICAL_CODEBOOK = 0xC502  # spherical: the shared random codebook of unit vectors
+COMPRESSION_BOUNDS = 0xC503  # theory_checks/compression_bounds: the compressors' draws
+
+TWO_DIRECTION_AT_Y = 0xC900  # two_direction (2Direction): the nodes' compressed message at y
+TWO_DIRECTION_AT_Z = 0xC901  # two_direction (2Direction): the nodes' compressed message at z
+TWO_DIRECTION_DOWN = 0xC902  # two_direction (2Direction): the server's downlink compressor draws
+TWO_DIRECTION_COIN = 0xC903  # two_direction (2Direction): the coin that refreshes z and k
+
+QUADRATIC_GAME_DATA = 0xCA00  # quadratic_game: the game's matrices, z* and shifts
+MASHA_COIN = 0xCA01  # vi/masha1: the shared coin that refreshes the reference point w
+VI_CHECK_DRAWS = 0xCA02  # theory check vi: the broken variants' compressor draws
+
+BYTEPS_ADAM_BATCH = 0xCB00  # adaptive_bidirectional (byteps-adam): the nodes' minibatches
+BYTEPS_ADAM_DOWN = 0xCB01  # adaptive_bidirectional (byteps-adam): the server's compressor draws
+BYTEPS_ADAM_CHECK_DATA = 0xCB02  # theory check adaptive_bidirectional: the instance's data
 
 # ------------------------------------------------------------------ theory checks
 MATRIX_SMOOTHNESS = 0x5A17  # matrix_smoothness: the scaled least-squares instance

@@ -61,6 +61,7 @@ _MODULES = (
     "vgc",
     "fosgd",
     "greedylore",
+    "powersgd_plus",
 )
 
 

@@ -251,3 +251,84 @@ def test_tracking_gloo_runs_equal_the_simulation(tmp_path, nproc, nodes, argv):
         helpers.parity(tmp_path, nproc, argv)
     else:
         helpers.sharded_parity(tmp_path, nproc, nodes, argv)
+
+
+# ------------------------------------------------------------------ COLD, Dyna-COLD
+def _cold(quad, spec="topk:k=4", name="cold", **kw):
+    from algorithms.registry import get_algorithm
+
+    algo, _ = get_algorithm(name).configure(quad, parse_spec(spec), topology="ring", **kw)
+    return algo
+
+
+def test_cold_with_the_identity_is_nids(quad):
+    """COLD with the identity and consensus step 1 is NIDS, written in its closed form
+    ``x^{k+1} = Wt (2 x^k - x^{k-1} - eta (g^k - g^{k-1}))``, ``Wt = (I + W)/2``, ``x^1 = Wt
+    (x^0 - eta g^0)`` (Li, Shi & Yan 2019)."""
+    algo = _cold(quad, "identity")
+    states, infos, _ = trajectory(algo, quad, 30)
+    W = torch.as_tensor(graph("ring", 8, "metropolis", 0).W, dtype=torch.float64)
+    Wt, eta = (torch.eye(8, dtype=torch.float64) + W) / 2, algo.gamma
+    prev = quad.x0.expand(8, -1).clone()
+    x = Wt @ (prev - eta * quad.grad(prev))
+    assert torch.allclose(states[1].x_i, x, atol=1e-12, rtol=0)
+    for k in range(1, 30):
+        x, prev = Wt @ (2 * x - prev - eta * (quad.grad(x) - quad.grad(prev))), x
+        assert torch.allclose(states[k + 1].x_i, x, atol=1e-10, rtol=0)
+    # one uncompressed vector per node to each of its two neighbours
+    assert infos[0].bits_up == 2 * 32 * quad.d
+
+
+def test_cold_by_hand_with_top_k(quad):
+    """COLD's round with Top-4, written out from the docstring: y = x - eta g - eta d;
+    h += Top4(y - h); d += (1/(2 eta)) (I - W) h; x = x - eta g - eta d."""
+    algo = _cold(quad)
+    states, _, _ = trajectory(algo, quad, 20)
+    W = torch.as_tensor(graph("ring", 8, "metropolis", 0).W, dtype=torch.float64)
+    eta = algo.gamma
+    x = quad.x0.expand(8, -1).clone()
+    d, h = torch.zeros_like(x), torch.zeros_like(x)
+    for k in range(20):
+        g = quad.grad(x)
+        y = x - eta * g - eta * d
+        r = y - h
+        keep = torch.zeros_like(r).scatter_(1, r.abs().topk(4, dim=1).indices, 1.0)
+        h = h + keep * r
+        d = d + (h - W @ h) / (2 * eta)
+        x = x - eta * g - eta * d
+        assert torch.allclose(states[k + 1].x_i, x, atol=1e-10, rtol=0)
+
+
+def test_cold_is_exact_under_heterogeneity_where_choco_is_not():
+    het = make_problem("quadratic", nodes=8, seed=1, dim=12, zeta2=10.0)
+    states, infos, _ = trajectory(_cold(het), het, 800)
+    dist = float(((states[-1].x - het.x_star) ** 2).sum()) / float((het.x_star**2).sum())
+    assert dist < 1e-8 and infos[-1].extras["consensus"] < 1e-8
+    # the d_i sum to zero at every round
+    assert all(float(s.d_i.sum(0).abs().max()) < 1e-9 for s in states)
+
+
+def test_dyna_cold_scales_the_binary_quantizer(quad):
+    algo = _cold(quad, "sign", name="dyna-cold", scale=2.0, decay=0.9)
+    states, infos, _ = trajectory(algo, quad, 3)
+    # round t sends sign((y - h)/s_t) and moves h by s_t = 2 * 0.9^t per coordinate
+    for t in range(3):
+        step = (states[t + 1].h_i - states[t].h_i).abs()
+        assert torch.allclose(step, torch.full_like(step, 2.0 * 0.9**t), atol=1e-12, rtol=0)
+    assert infos[0].bits_up == 2 * quad.d  # one bit per coordinate to each of two neighbours
+    with pytest.raises(ValueError, match="decay"):
+        _cold(quad, "sign", name="dyna-cold", decay=1.5)
+    with pytest.raises(ValueError, match="scale"):
+        _cold(quad, "sign", name="dyna-cold", scale=0.0)
+
+
+@pytest.mark.dist
+@pytest.mark.parametrize(
+    ("nproc", "nodes", "argv"),
+    [
+        (2, 8, ["cold", "--compressor", "topk:k=5", "--topology", "ring"]),
+        (3, 7, ["dyna-cold", "--compressor", "sign", "--topology", "er:p=0.5"]),
+    ],
+)
+def test_cold_gloo_runs_equal_the_simulation(tmp_path, nproc, nodes, argv):
+    torch_dist_helpers().sharded_parity(tmp_path, nproc, nodes, argv)

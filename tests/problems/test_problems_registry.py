@@ -18,6 +18,7 @@ from streams import Streams, tags
 
 SMALL = {
     "quadratic": {"dim": 6},
+    "quadratic-game": {"dim": 3},
     "logreg": {"samples": 60, "features": 5},
     "logreg-nonconvex": {"samples": 60, "features": 5},
     "least-squares": {"samples": 60, "features": 5},
