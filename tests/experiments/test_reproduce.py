@@ -17,7 +17,7 @@ from experiments import reproduce as rp
 NAMES = [
     "ef21-vs-ef", "marina-vs-diana", "dasha-vs-marina", "3pc-lag", "3pc-quadratic",
     "adiana-vs-diana", "fednl-vs-first-order", "fednl-rank1", "byz-vr-marina",
-    "noniid-ef-vs-qsgd", "choco-vs-exact",
+    "noniid-ef-vs-qsgd", "choco-vs-exact", "locodl-vs-baselines", "2direction-vs-ef21p",
 ]  # fmt: skip
 
 
