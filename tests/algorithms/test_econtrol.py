@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from runs import trajectory
 
 from algorithms.ef.econtrol import EControl, EControlState
 from algorithms.ef.ef21 import EF21
 from comm import SimulatedComm
 from compressors import parse_spec
-from runs import trajectory
 
 TOPK = "topk:k=2"
 

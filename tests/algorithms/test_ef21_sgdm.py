@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from runs import trajectory
 
 from algorithms.ef.ef21 import EF21
 from algorithms.ef.ef21_sgd import EF21SGD
 from algorithms.ef.ef21_sgdm import EF21SGD2M, EF21SGDM, EF21SGD2MState, EF21SGDMState
 from comm import SimulatedComm
 from compressors import parse_spec
-from runs import trajectory
 
 TOPK = "topk:k=2"
 

@@ -8,11 +8,11 @@ from dataclasses import replace
 
 import pytest
 import torch
+from runs import trajectory
 
 from algorithms.local.locodl import LoCoDL
 from comm import SimulatedComm
 from compressors import parse_spec
-from runs import trajectory
 from streams import tags
 
 RANDK = parse_spec("randk:k=3")

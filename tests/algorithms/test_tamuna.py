@@ -8,12 +8,12 @@ from dataclasses import replace
 
 import pytest
 import torch
+from runs import trajectory
 
 from algorithms.local.compressed_scaffnew import CompressedScaffnew
 from algorithms.local.tamuna import TAMUNA
 from comm import SimulatedComm
 from compressors import parse_spec
-from runs import trajectory
 
 IDENTITY = parse_spec("identity")
 
