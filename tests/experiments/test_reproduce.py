@@ -174,8 +174,9 @@ def test_every_config_fixes_tolerance_and_bit_convention():
 
 
 def test_unknown_name_and_quick_key_raise():
-    with pytest.raises(ValueError, match="available: 3pc-lag"):
+    with pytest.raises(ValueError, match="available: 2direction-vs-ef21p, 3pc-lag") as err:
         rp.load_paper("nope")
+    assert all(name in str(err.value) for name in NAMES)  # every reproduction, sorted
     with pytest.raises(ValueError, match=r"unknown \[quick\] key"):
         rp._apply_quick({}, {"methodz": []}, "x")
 
