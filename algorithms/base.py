@@ -13,6 +13,7 @@ formula it used, so that ``config.json`` records where every number came from.
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -229,6 +230,37 @@ def check_fraction(name: str, value: float | None, optional: bool = True) -> Non
         return
     if value is None or isinstance(value, bool) or not 0 <= value <= 1:
         raise ValueError(f"{name} must be in [0, 1], got {value!r}")
+
+
+def _finite_number(value: object) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
+
+
+def check_positive(name: str, value: float | None, optional: bool = True) -> None:
+    """``ValueError`` unless ``value`` is a finite number ``> 0`` (or None, where
+    ``optional``): an initial scale, Adam's ``eps``."""
+    if value is None and optional:
+        return
+    if not _finite_number(value) or not value > 0:
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+
+
+def check_nonnegative(name: str, value: float | None, optional: bool = True) -> None:
+    """``ValueError`` unless ``value`` is a finite number ``>= 0`` (or None, where
+    ``optional``): a budget or bound where 0 means off."""
+    if value is None and optional:
+        return
+    if not _finite_number(value) or value < 0:
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+
+
+def check_decay(name: str, value: float | None, optional: bool = True) -> None:
+    """``ValueError`` unless ``value`` is in ``[0, 1)`` (or None, where ``optional``): a moment's
+    decay (Adam's ``beta1``, ``beta2``)."""
+    if value is None and optional:
+        return
+    if not _finite_number(value) or not 0 <= value < 1:
+        raise ValueError(f"{name} must be in [0, 1), got {value!r}")
 
 
 def check_count(name: str, value: int | None, optional: bool = True) -> None:

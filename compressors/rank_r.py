@@ -19,6 +19,21 @@ def matrix_shape(d: int) -> tuple[int, int]:
     return m1, -(-d // m1)
 
 
+def gram_schmidt_(a: torch.Tensor, epsilon: float = 0.0) -> torch.Tensor:
+    """Orthonormalize the columns of ``a`` (``(n, r)``, ``r <= n``) in place, in order, each
+    divided by its norm plus ``epsilon`` (PowerSGD's ``orthogonalize``): the PowerSGD hook's
+    and the low-rank methods' (PowerSGD+, LASER) one implementation. A loop over the ``r``
+    columns (the rank), never over rows."""
+    r = a.shape[1]
+    for i in range(r):
+        col = a[:, i : i + 1]
+        col /= col.norm() + epsilon
+        if i + 1 < r:
+            rest = a[:, i + 1 :]
+            rest -= (col * rest).sum(dim=0, keepdim=True) * col
+    return a
+
+
 @dataclass(frozen=True)
 class RankR(Compressor):
     """Rank-r compression by one power step (Vogels, Karimireddy & Jaggi 2019, PowerSGD,

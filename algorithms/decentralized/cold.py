@@ -11,7 +11,7 @@ from typing import ClassVar
 import torch
 
 from algorithms import provenance as pv
-from algorithms.base import Theory, check_unit, minibatch, minibatch_option, option
+from algorithms.base import Theory, check_positive, check_unit, minibatch, minibatch_option, option
 from algorithms.decentralized.base import Decentralized, DecState, averaged
 from algorithms.provenance import Provenance
 from comm import Comm
@@ -29,14 +29,6 @@ class ColdState(DecState):
     d_i: torch.Tensor
     h_i: torch.Tensor
     s_i: torch.Tensor
-
-
-def check_positive(name: str, value: float | None, optional: bool = True) -> None:
-    """A positive float (Dyna-COLD's initial scale)."""
-    if value is None and optional:
-        return
-    if value is None or isinstance(value, bool) or not value > 0:
-        raise ValueError(f"{name} must be > 0, got {value}")
 
 
 def innovation_round(

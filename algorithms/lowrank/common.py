@@ -12,7 +12,7 @@ import torch
 
 from algorithms.base import Theory
 from algorithms.ef.ef21 import ef21_theory
-from compressors.rank_r import RankR, matrix_shape
+from compressors.rank_r import RankR, gram_schmidt_, matrix_shape
 
 __all__ = ["as_matrices", "borrowed_theory", "gram_schmidt", "matrix_shape", "rank_of", "unview"]
 
@@ -40,15 +40,8 @@ def unview(mat: torch.Tensor, d: int) -> torch.Tensor:
 
 def gram_schmidt(a: torch.Tensor, epsilon: float = GS_EPSILON) -> torch.Tensor:
     """The columns of ``a`` (``(k, r)``) orthonormalized in order, each divided by its norm
-    plus ``epsilon`` (PowerSGD's ``orthogonalize``); a new tensor."""
-    a = a.clone()
-    for j in range(a.shape[1]):
-        col = a[:, j : j + 1]
-        col /= torch.linalg.vector_norm(col) + epsilon
-        if j + 1 < a.shape[1]:
-            rest = a[:, j + 1 :]
-            rest -= (col * rest).sum(dim=0, keepdim=True) * col
-    return a
+    plus ``epsilon`` (:func:`compressors.rank_r.gram_schmidt_` on a copy); a new tensor."""
+    return gram_schmidt_(a.clone(), epsilon)
 
 
 def borrowed_theory(problem, rank: int, method: str) -> Theory:

@@ -14,6 +14,7 @@ from algorithms.base import (
     State,
     Theory,
     check_count,
+    check_nonnegative,
     minibatch,
     minibatch_option,
     option,
@@ -32,13 +33,6 @@ from streams import tags
 
 PAYLOADS = ("factors", "full")
 EF_KINDS = ("ef14", "none")
-
-
-def check_nonnegative(name: str, value: float | None, optional: bool = True) -> None:
-    """``ValueError`` unless ``value`` is a finite number ``>= 0``."""
-    ok = not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
-    if not ok or value < 0:
-        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
 
 
 @dataclass(frozen=True)

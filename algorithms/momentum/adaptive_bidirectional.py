@@ -10,7 +10,16 @@ import torch
 
 from algorithms import provenance as pv
 from algorithms import stepsizes
-from algorithms.base import Algorithm, State, Theory, minibatch, minibatch_option, option
+from algorithms.base import (
+    Algorithm,
+    State,
+    Theory,
+    check_decay,
+    check_positive,
+    minibatch,
+    minibatch_option,
+    option,
+)
 from algorithms.bidirectional.bidirectional_common import down_option
 from algorithms.provenance import Provenance
 from algorithms.vr.vr_common import need
@@ -116,9 +125,11 @@ class BytePSAdam(Algorithm):
     """
 
     down_compressor: Compressor | None = down_option()
-    beta1: float = option(0.9, "Adam first-moment decay beta1 in [0, 1)")
-    beta2: float = option(0.999, "Adam second-moment decay beta2 in [0, 1)")
-    eps: float = option(1e-8, "Adam eps > 0 (added to the bias-corrected sqrt(v))")
+    beta1: float = option(0.9, "Adam first-moment decay beta1 in [0, 1)", check=check_decay)
+    beta2: float = option(0.999, "Adam second-moment decay beta2 in [0, 1)", check=check_decay)
+    eps: float = option(
+        1e-8, "Adam eps > 0 (added to the bias-corrected sqrt(v))", check=check_positive
+    )
     moment: str = option(
         "adam", "second moment: adam | amsgrad (its running maximum)", choices=MOMENTS
     )
@@ -138,12 +149,6 @@ class BytePSAdam(Algorithm):
         super().__post_init__()
         if self.down_compressor is None:
             object.__setattr__(self, "down_compressor", self.compressor.bind(1))
-        for name in ("beta1", "beta2"):
-            value = getattr(self, name)
-            if not 0 <= value < 1:
-                raise ValueError(f"{name} must be in [0, 1), got {value}")
-        if not self.eps > 0:
-            raise ValueError(f"eps must be > 0, got {self.eps}")
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:

@@ -13,6 +13,8 @@ from algorithms.base import (
     Algorithm,
     State,
     Theory,
+    check_decay,
+    check_positive,
     minibatch,
     minibatch_option,
     option,
@@ -77,24 +79,15 @@ class CompAMS(Algorithm):
     Reported: ``E = mean_i ||e_i||^2``.
     """
 
-    beta1: float = option(0.9, "AMSGrad first-moment decay beta1 in [0, 1)")
-    beta2: float = option(0.999, "AMSGrad second-moment decay beta2 in [0, 1)")
-    eps: float = option(1e-8, "AMSGrad eps > 0 (inside the square root)")
+    beta1: float = option(0.9, "AMSGrad first-moment decay beta1 in [0, 1)", check=check_decay)
+    beta2: float = option(0.999, "AMSGrad second-moment decay beta2 in [0, 1)", check=check_decay)
+    eps: float = option(1e-8, "AMSGrad eps > 0 (inside the square root)", check=check_positive)
     batch_size: int | None = minibatch_option()
 
     needs: ClassVar[str] = "contractive"
     stochastic: ClassVar[bool] = True
     reports: ClassVar[tuple[str, ...]] = ("E",)
     provenance: ClassVar[Provenance] = PRACTICAL
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        for name in ("beta1", "beta2"):
-            value = getattr(self, name)
-            if not 0 <= value < 1:
-                raise ValueError(f"{name} must be in [0, 1), got {value}")
-        if not self.eps > 0:
-            raise ValueError(f"eps must be > 0, got {self.eps}")
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:

@@ -14,6 +14,8 @@ from algorithms.base import (
     State,
     Theory,
     check_count,
+    check_decay,
+    check_positive,
     minibatch,
     minibatch_option,
     option,
@@ -46,19 +48,6 @@ def compressed_allreduce(p_i, e_i, e, C, comm: Comm, t: int):
 def _masked(m: torch.Tensor, v: torch.Tensor, mask: str) -> torch.Tensor:
     """``m`` with the coordinates of zero variance set to zero (``mask = auto``)."""
     return torch.where(v > 0, m, torch.zeros_like(m)) if mask == "auto" else m
-
-
-class _AdamOptions:
-    """Shared option helpers (not a dataclass: the fields are declared on each class)."""
-
-    @staticmethod
-    def check(algo) -> None:
-        for name in ("beta1", "beta2"):
-            value = getattr(algo, name)
-            if not 0 <= value < 1:
-                raise ValueError(f"{name} must be in [0, 1), got {value}")
-        if not algo.eps > 0:
-            raise ValueError(f"eps must be > 0, got {algo.eps}")
 
 
 def _lr_theory(cls, file: str) -> Theory:
@@ -113,9 +102,9 @@ class OneBitAdam(Algorithm):
     ``E = mean_i ||e_i||^2``.
     """
 
-    beta1: float = option(0.9, "Adam first-moment decay beta1 in [0, 1)")
-    beta2: float = option(0.999, "Adam second-moment decay beta2 in [0, 1)")
-    eps: float = option(1e-8, "Adam eps > 0 (added to sqrt(v))")
+    beta1: float = option(0.9, "Adam first-moment decay beta1 in [0, 1)", check=check_decay)
+    beta2: float = option(0.999, "Adam second-moment decay beta2 in [0, 1)", check=check_decay)
+    eps: float = option(1e-8, "Adam eps > 0 (added to sqrt(v))", check=check_positive)
     freeze_step: int = option(
         100, "warm-up rounds of uncompressed Adam before v is frozen (DeepSpeed's default: "
         "100000, for BERT-scale runs)", check=check_count,
@@ -132,10 +121,6 @@ class OneBitAdam(Algorithm):
         "microsoft/DeepSpeed", "deepspeed/runtime/fp16/onebit/adam.py::OnebitAdam",
         "the optimizer's default lr = 1e-3; the paper's theorem was not read",
     )  # fmt: skip
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        _AdamOptions.check(self)
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:
@@ -218,9 +203,9 @@ class ZeroOneAdam(Algorithm):
     on checkpoint load. Step: DeepSpeed's default ``lr = 1e-3`` (authors' code).
     """
 
-    beta1: float = option(0.9, "Adam first-moment decay beta1 in [0, 1)")
-    beta2: float = option(0.999, "Adam second-moment decay beta2 in [0, 1)")
-    eps: float = option(1e-8, "Adam eps > 0 (added to sqrt(v))")
+    beta1: float = option(0.9, "Adam first-moment decay beta1 in [0, 1)", check=check_decay)
+    beta2: float = option(0.999, "Adam second-moment decay beta2 in [0, 1)", check=check_decay)
+    eps: float = option(1e-8, "Adam eps > 0 (added to sqrt(v))", check=check_positive)
     var_freeze_step: int = option(
         100, "the last round of phase 1, max T_v (DeepSpeed's default: 100000)",
         check=check_count,
@@ -242,10 +227,6 @@ class ZeroOneAdam(Algorithm):
         "microsoft/DeepSpeed", "deepspeed/runtime/fp16/onebit/zoadam.py::ZeroOneAdam",
         "the optimizer's default lr = 1e-3; the paper's theorem was not read",
     )  # fmt: skip
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        _AdamOptions.check(self)
 
     @classmethod
     def theory(cls, problem, compressor, opts) -> Theory:

@@ -53,21 +53,10 @@ import torch.distributed as dist
 
 from comm.error_feedback import Memory, compensate_, residual_
 from comm.hooks import CommHook
+from compressors.rank_r import gram_schmidt_
 from systems.hooks.registry import register
 
 __all__ = ["PowerSGD", "gram_schmidt_"]
-
-
-def gram_schmidt_(a: torch.Tensor, epsilon: float = 0.0) -> torch.Tensor:
-    """Orthonormalize the columns of ``a`` (``(n, r)``, ``r <= n``) in place, in order."""
-    r = a.shape[1]
-    for i in range(r):
-        col = a[:, i : i + 1]
-        col /= col.norm() + epsilon
-        if i + 1 < r:
-            rest = a[:, i + 1 :]
-            rest -= (col * rest).sum(dim=0, keepdim=True) * col
-    return a
 
 
 class PowerSGD(CommHook):
