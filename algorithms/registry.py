@@ -71,6 +71,7 @@ ALGORITHMS: dict[str, type[Algorithm] | str] = {
     "byteps-adam": "algorithms.momentum.adaptive_bidirectional:BytePSAdam",
     "2direction": "algorithms.bidirectional.two_direction:TwoDirection",
     "masha1": "algorithms.vi.masha1:MASHA1",
+    "masha-sim": "algorithms.vi.masha_sim:MASHASim",
     "d-sgd": "algorithms.decentralized.d_sgd:DSGD",
     "choco-sgd": "algorithms.decentralized.choco_sgd:ChocoSGD",
     "gt": "algorithms.decentralized.tracking:GradientTracking",

@@ -35,6 +35,7 @@ def all_checks() -> list[Check]:
         stepsize_table,
         two_direction,
         vi,
+        vi_similarity,
         vr_checks,
     )
 
@@ -61,6 +62,7 @@ def all_checks() -> list[Check]:
     modules += (ef_momentum,)
     modules += (adaptive_bidirectional,)
     modules += (vi,)
+    modules += (vi_similarity,)
     modules += (two_direction,)
     checks = [c for m in modules for c in m.CHECKS]
     names = [c.name for c in checks]

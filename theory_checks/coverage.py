@@ -61,6 +61,7 @@ COVERS: dict[str, tuple[str, ...]] = {
     "m3": ("bidirectional.m3-permk-momentum",),
     "2direction": ("2direction.sqrt-kappa-bidirectional",),
     "masha1": ("vi.masha1-linear",),
+    "masha-sim": ("vi.masha-sim-linear",),
     "gmc": ("gmc.memory",),
     "liec-sgd": ("liec-sgd.compensation",),
     "compressed-scaffnew": (
