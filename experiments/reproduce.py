@@ -170,13 +170,15 @@ def reproduce(
     t0 = time.perf_counter()
     run_sweep(cfg, out, jobs=jobs, progress=progress, prune="median" if prune else None)
     seconds = time.perf_counter() - t0
-    rows, unfinished = [], 0
+    rows, unfinished, statuses = [], 0, {}
     for spec in cfg.runs():
         run_dir = out / "runs" / spec.run_id
-        status = _status(run_dir)
+        status = statuses[spec.run_id] = _status(run_dir)
         unfinished += status in UNFINISHED
         rows.append({**spec.params, "bits": run_bits(_read_csv(run_dir / "history.csv"),
                                                      status, paper.claim)})  # fmt: skip
+    refused = refused_runs(cfg.runs(), statuses, out)
+    unfinished -= len(refused)
     cells = aggregate(rows, paper, list(cfg.grid))
     claim = paper.claim
     verdict = {
@@ -210,6 +212,7 @@ def reproduce(
         "pruned": bool(prune),
         "runs": len(rows),
         "unfinished": unfinished,
+        **({"refused": refused} if refused else {}),
         "sweep_seconds": round(seconds, 2),
         **evaluate(cells, paper),
     }
@@ -226,6 +229,30 @@ def reproduce(
         heatmap_figure(verdict, out / "heatmap", title)
     (out / "verdict.json").write_text(json.dumps(verdict, indent=2) + "\n")
     return verdict
+
+
+def refused_runs(specs, statuses: dict[str, str], out: Path) -> list[dict[str, str]]:
+    """The runs the method refused at set-up (exit status 2: bad input, e.g. a step multiplier
+    at which its theory cannot size a parameter), as ``{run_id, error}``: they count as never
+    reaching the tolerance, like a diverged run, and do not block ``--record``. Only where
+    another run of the same method and setting (other step multiplier or seed) finished, so that
+    a problem of the machine (data missing, a bad path), which refuses every run, still does."""
+    specs = list(specs)
+
+    def cell(spec) -> tuple:
+        return tuple(sorted((k, str(v)) for k, v in spec.params.items()
+                            if k not in ("step_mult", "seed")))  # fmt: skip
+
+    finished = {cell(s) for s in specs if statuses[s.run_id] in FINISHED}
+    out_rows = []
+    for spec in specs:
+        if statuses[spec.run_id] != "failed" or cell(spec) not in finished:
+            continue
+        err = out / "runs" / spec.run_id / "stderr.txt"
+        lines = err.read_text(errors="replace").strip().splitlines() if err.is_file() else []
+        if lines and lines[0].strip() == "exit status 2":
+            out_rows.append({"run_id": spec.run_id, "error": lines[-1].strip()})
+    return out_rows
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -18,6 +18,7 @@ NAMES = [
     "ef21-vs-ef", "marina-vs-diana", "dasha-vs-marina", "3pc-lag", "3pc-quadratic",
     "adiana-vs-diana", "fednl-vs-first-order", "fednl-rank1", "byz-vr-marina",
     "noniid-ef-vs-qsgd", "choco-vs-exact", "locodl-vs-baselines", "2direction-vs-ef21p",
+    "masha-sim-vs-masha1",
 ]  # fmt: skip
 
 
@@ -360,3 +361,24 @@ def test_only_takes_a_value_whose_text_has_commas():
 def test_only_refuses_what_the_grid_lacks(only, message, capsys):
     assert rp.main(["3pc-quadratic", "--only", only]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_refused_runs_count_as_never_only_beside_a_finished_one(tmp_path):
+    """A run the method refuses at set-up (exit status 2) is recorded as never reaching the
+    tolerance when another multiplier of the same method and setting finished; a method whose
+    every run was refused (a problem of the machine: data missing) still blocks ``--record``."""
+    from types import SimpleNamespace
+
+    def spec(run_id, label, mult):
+        return SimpleNamespace(run_id=run_id, params={"label": label, "step_mult": mult})
+
+    specs = [spec("a1", "A", 1), spec("a4", "A", 4), spec("b1", "B", 1), spec("b4", "B", 4)]
+    statuses = {"a1": "tolerance", "a4": "failed", "b1": "failed", "b4": "failed"}
+    for run_id, code in (("a4", 2), ("b1", 2), ("b4", 2)):
+        d = tmp_path / "runs" / run_id
+        d.mkdir(parents=True)
+        (d / "stderr.txt").write_text(f"exit status {code}\nerror: refused at this step\n")
+    got = rp.refused_runs(specs, statuses, tmp_path)
+    assert got == [{"run_id": "a4", "error": "error: refused at this step"}]
+    (tmp_path / "runs" / "a4" / "stderr.txt").write_text("exit status 1\nTraceback\n")
+    assert rp.refused_runs(specs, statuses, tmp_path) == []  # a crash is not a refusal
