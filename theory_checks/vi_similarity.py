@@ -67,7 +67,7 @@ VARIANTS = (
 class _NoSync(SimulatedComm):
     """Simulated nodes whose shared coin never falls (the ``no-vr`` variant)."""
 
-    def coin(self, t: int, p: float, tag: int = 0) -> bool:
+    def coin(self, t: int, p: float, tag: int = tags.DEFAULT) -> bool:
         return False
 
 
