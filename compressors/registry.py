@@ -22,7 +22,7 @@ from compressors.fosgd import FOSGD
 from compressors.gennorm import GenNorm
 from compressors.grid_round import GridRound
 from compressors.identity import Identity
-from compressors.mlmc import MLMCTopK
+from compressors.mlmc import MLMCBits, MLMCTopK
 from compressors.natural import Natural
 from compressors.natural_dithering import NaturalDithering
 from compressors.perm_k import PermK
@@ -33,6 +33,7 @@ from compressors.scaled_sign import ScaledSign
 from compressors.shared_scale import MSQ, SSQ
 from compressors.sidco import SIDCo
 from compressors.sign import Sign
+from compressors.sparse_dithering import SparseDithering
 from compressors.spherical import Spherical
 from compressors.symrank import SymRank
 from compressors.terngrad import TernGrad
@@ -64,11 +65,13 @@ COMPRESSORS: dict[str, type[Compressor]] = {
     "countsketch": CountSketch,
     "sidco": SIDCo,
     "mlmc": MLMCTopK,
+    "mlmc-bits": MLMCBits,
     "fo-sgd": FOSGD,
     "ssq": SSQ,
     "msq": MSQ,
     "thc": THC,
     "spherical": Spherical,
+    "sparse-dithering": SparseDithering,
     "fastsgd": FastSGD,
     "gennorm": GenNorm,
 }
