@@ -18,18 +18,16 @@ spinning briefly after a call and slow the other side down when they alternate.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import statistics
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
 import torch
 
-import problems.glm as glm
 from algorithms.registry import ALGORITHMS, usual_compressor
 from benchmarks import bandwidth, baselines
 from benchmarks.clock import median_seconds
@@ -105,17 +103,6 @@ def make_data(case: Case, seed: int = 0):
     return A, b
 
 
-@contextlib.contextmanager
-def _forced_dense(on: bool) -> Iterator[None]:
-    """Route the GLM through its dense kernels whatever the data's density."""
-    old = glm.DENSE_ABOVE
-    glm.DENSE_ABOVE = -1.0 if on else old
-    try:
-        yield
-    finally:
-        glm.DENSE_ABOVE = old
-
-
 def compressor_for(name: str, d: int) -> str:
     """The method's usual compressor spec (:func:`algorithms.registry.usual_compressor`)."""
     k = max(1, d // 100)
@@ -137,8 +124,10 @@ def bench_case(
     A, b = make_data(case)
     counts = np.full(case.n, case.m_i)
     dtype = getattr(torch, case.dtype)
-    with _forced_dense(case.kind == "densified"):
-        problem = LogRegNonconvex(A, b, counts, lam=LAM, dtype=dtype, device=dev, x0="zeros")
+    storage = "dense" if case.kind == "densified" else "auto"  # the dense kernels, forced
+    problem = LogRegNonconvex(
+        A, b, counts, lam=LAM, dtype=dtype, device=dev, x0="zeros", storage=storage
+    )
     nnz = None if problem.dense else int(problem._A64.nnz)
     itemsize = torch.finfo(dtype).bits // 8
     jobs = []

@@ -16,6 +16,7 @@ their rows from the CSR arrays and reduce with ``index_add_``.
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 import math
 import warnings
@@ -25,7 +26,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from problems import cache, glm_consts, glm_kernels, solver
+from problems import cache, glm_consts, glm_engine, glm_kernels, solver
 from problems.base import Batch, Consts, Problem, _Lazy, parse_x0
 from problems.data import MAX_DIM, load_tabular
 from problems.linalg import single_threaded
@@ -49,11 +50,18 @@ DATA_KNOBS: dict[str, tuple[Any, str]] = {
     "index_base": (1, "first feature index of a LIBSVM file: 1 (LIBSVM) or 0 (zero-based)"),
     "max_dense_gib": (4.0, "refuse a LIBSVM file whose dense N x d float64 design exceeds this"),
     "max_dim": (MAX_DIM, "refuse a LIBSVM file whose d exceeds both this and its stored entries"),
-    "storage": ("auto", "gradients' data layout: auto (dense above 1/4 non-zeros), dense, csr"),
+    "storage": ("auto", "gradients' engine: auto (the fastest, measured on this machine and data "
+                "and memoised; small data: dense above 1/4 non-zeros), dense, csr (compiled "
+                "kernels), dense-torch, csr-torch (torch's products)"),
+    "threads": ("auto", "threads of the gradients: auto (measured with the engine: 1 or torch's "
+                "count) or a positive integer"),
     "server_rows": (0, "rows drawn at random (seeded) for the server's own data, held out of the "
                     "nodes' (CAFe-S); 0: the server holds none"),
 }  # fmt: skip
-STORAGES = ("auto", "dense", "csr")
+STORAGES = glm_engine.STORAGES
+#: Data with fewer stored entries take the rule (``DENSE_ABOVE``) on torch's threads, unmeasured:
+#: their gradient costs microseconds, and a measurement would cost more than it saves.
+MEASURE_ABOVE = 50_000
 # Largest ``m d^2`` that :meth:`GLM.smoothness_matrices` builds (float64: 2 GiB).
 _MAX_SMOOTHNESS_ENTRIES = 2**28
 
@@ -69,6 +77,17 @@ def _torch_csr(M: sp.csr_matrix, dtype: torch.dtype, device: torch.device) -> to
             dtype=dtype,
             device=device,
         )
+
+
+def _on_threads(fn):
+    """Run a GLM's maths on its engine's thread count (:attr:`GLM.threads`)."""
+
+    @functools.wraps(fn)
+    def wrapper(self, *args, **kwargs):
+        with glm_engine.threads_used(self.threads):
+            return fn(self, *args, **kwargs)
+
+    return wrapper
 
 
 class GLM(Problem):
@@ -98,19 +117,29 @@ class GLM(Problem):
         x0: str = "default",
         seed: int = 0,
         storage: str = "auto",
+        threads: int | str = "auto",
         server: tuple[sp.spmatrix | np.ndarray, np.ndarray] | None = None,
     ) -> None:
         """``A`` ``(N, d)`` and ``b`` ``(N,)`` hold the rows sorted by node; node ``i`` owns
         ``counts[i]`` consecutive rows. ``server``: ``(A_S, b_S)``, rows only the server holds,
         its objective ``f_S(x) = (1/K) sum_j phi(a_j^T x, b_j) + R(x)`` over its ``K`` rows
-        (:meth:`server_grad`), or None. ``storage``: the layout the gradients read, ``dense``,
-        ``csr`` or ``auto`` (dense above ``DENSE_ABOVE`` non-zeros: on this class of CPU a dense
-        entry costs about a quarter of a stored sparse one, measured by ``python -m benchmarks
-        --only paper``); the maths is the same, the rounding may differ."""
+        (:meth:`server_grad`), or None. ``storage``: the gradients' engine
+        (:mod:`problems.glm_engine`): ``auto`` times the candidates on this data and machine
+        and keeps the fastest (memoised), or one of ``dense``, ``csr`` (compiled kernels),
+        ``dense-torch``, ``csr-torch`` (torch's products); data with at most
+        ``MEASURE_ABOVE`` stored entries take the rule, dense above ``DENSE_ABOVE`` non-zeros.
+        ``threads``: the gradients' thread count, ``auto`` (measured with the engine, or
+        torch's count by the rule) or a positive integer. The maths is the same, the rounding
+        may differ."""
         if storage not in STORAGES:
             raise ValueError(
                 f"{self.name}: storage must be one of {', '.join(STORAGES)}, got {storage!r}"
             )
+        if threads != "auto" and (
+            isinstance(threads, bool) or not isinstance(threads, int) or threads < 1
+        ):
+            raise ValueError(f"{self.name}: threads must be auto or a positive integer, got "
+                             f"{threads!r}")  # fmt: skip
         if isinstance(lam, bool) or not isinstance(lam, int | float) or not math.isfinite(lam):
             raise ValueError(f"{self.name}: lambda must be a finite number, got {lam!r}")
         if lam < 0:
@@ -152,15 +181,61 @@ class GLM(Problem):
         self._val = self._A.values()
         self._b = torch.from_numpy(self._b64).to(dev, dt)
         self._w = torch.from_numpy(self._w64).to(dev, dt)
-        auto = self._A64.nnz > DENSE_ABOVE * N * d
-        self.dense = {"auto": auto, "dense": True, "csr": False}[storage]
-        self._Ad = torch.from_numpy(self._A64.toarray()).to(dev, dt) if self.dense else None
-        # Compiled kernels (problems.glm_kernels) for every gradient when they serve this
-        # loss, dtype and device; else torch's (block-)sparse and dense products.
-        self._kernels = glm_kernels.available(self.KERNEL_LOSS, dt, self.device)
-        self._kdata = glm_kernels.pack(self._Ad, (self._crow, self._col, self._val), d)
+        # Compiled kernels (problems.glm_kernels) serve this loss, dtype and device, or torch's
+        # (block-)sparse and dense products do; which engine runs is chosen below.
+        self._compiled = glm_kernels.available(self.KERNEL_LOSS, dt, self.device)
+        self._Ad = None
         self._server = None if server is None else self._server_data(*server)
+        self._choose_engine(storage, threads)
+
+    # ------------------------------------------------------------------ the engine
+    def _choose_engine(self, storage: str, threads: int | str) -> None:
+        """Take ``storage`` and ``threads`` as forced, or measure the candidates
+        (:func:`problems.glm_engine.choose`); small data take the rule unmeasured."""
+        N, d = self._A64.shape
+        nnz = self._A64.nnz
+        if storage == "auto" and nnz <= MEASURE_ABOVE:
+            dense = nnz > DENSE_ABOVE * N * d
+            engine = "dense" if dense else "csr"
+            self._use_engine(engine, None if threads == "auto" else int(threads))
+            return
+        dense_ok = glm_engine.dense_allowed(N, d, nnz)
+        engines = glm_engine.candidates(storage, dense_ok, self._compiled)
+        options = [(e, t) for e in engines for t in glm_engine.thread_candidates(threads)]
+        probe = torch.linspace(-0.1, 0.1, self.m * d, dtype=self.dtype).reshape(self.m, d)
+        probe = probe.to(self.device)
+
+        def apply(engine: str, t: int):
+            self._use_engine(engine, t)
+            return lambda: (self.grad(probe), self.grad(probe[0]))
+
+        key = (type(self).__name__, str(self.dtype), str(self.device), self._offsets64,
+               self._A64.indptr, self._A64.indices, self._A64.data)  # fmt: skip
+        self._use_engine(*glm_engine.choose(key, options, apply))
+        if not self.dense:
+            self._Ad = None  # a dense copy made for the measurement
+
+    def _use_engine(self, engine: str, threads: int | None) -> None:
+        """Switch the gradients to ``engine`` on ``threads`` (None: torch's count)."""
+        if not self._compiled and engine in ("dense", "csr"):
+            engine += "-torch"  # no kernels for this loss, dtype or device: torch's products
+        self.dense = engine in ("dense", "dense-torch")
+        self._kernels = engine in ("dense", "csr")
+        if self.dense and self._Ad is None:
+            self._Ad = torch.from_numpy(self._A64.toarray()).to(self.device, self.dtype)
+        csr = (self._crow, self._col, self._val)
+        self._kdata = glm_kernels.pack(self._Ad if self.dense else None, csr, self.d)
+        self.threads = threads
+        shown = threads if threads is not None else torch.get_num_threads()
+        self.engine = glm_engine.describe(engine, shown)
         self._select()
+
+    def use_engine(self, choice: str) -> None:
+        """Run the gradients on ``choice``, ``NAME/THREADS`` as :attr:`engine` names it (the
+        runner gives every rank rank 0's choice)."""
+        engine, threads = glm_engine.parse(choice)
+        if choice != self.engine:
+            self._use_engine(engine, threads)
 
     def _server_data(self, A_S, b_S) -> tuple[torch.Tensor, torch.Tensor]:
         """The server's rows as a dense ``(K, d)`` tensor and their labels (a few rows)."""
@@ -192,6 +267,7 @@ class GLM(Problem):
         """Load ``dataset``, split it among ``nodes`` and build the problem."""
         scale = knobs.pop("scale", "none")
         storage = knobs.pop("storage", "auto")
+        threads = knobs.pop("threads", "auto")
         server_rows = knobs.pop("server_rows", 0)
         if storage not in STORAGES:
             raise ValueError(
@@ -207,7 +283,7 @@ class GLM(Problem):
         lam = cls.default_lam if lam is None else lam
         return cls(
             X[order], b[order], counts, lam=lam, dtype=dtype, device=device, x0=x0,
-            seed=seed, storage=storage, server=server,
+            seed=seed, storage=storage, threads=threads, server=server,
         )  # fmt: skip
 
     @classmethod
@@ -282,10 +358,12 @@ class GLM(Problem):
                 self._X3 = self._Xh.view(nodes.size, int(counts[0]), self.d)
 
     # ------------------------------------------------------------------ maths
+    @_on_threads
     def _loss(self, x: torch.Tensor) -> torch.Tensor:
         z = self._Ad @ x if self.dense else self._A @ x
         return (self.phi(z, self._b) * self._w).sum() + self.reg(x[None], self.lam)[0]
 
+    @_on_threads
     def _full_grad(self, x: torch.Tensor) -> torch.Tensor:
         if self.dense:
             u = self.dphi(self._Ad @ x, self._b) * self._w
@@ -312,12 +390,14 @@ class GLM(Problem):
             return torch.bmm(self._X3, X.unsqueeze(2)).reshape(-1)
         return (self._Xh * X[self._local]).sum(dim=1)
 
+    @_on_threads
     def _node_loss(self, X: torch.Tensor) -> torch.Tensor:
         z = self._margins(X)
         per = self.phi(z, self._bh) * self._inv_m
         out = torch.zeros(self.m, dtype=self.dtype, device=self.device)
         return out.index_add_(0, self._local, per) + self.reg(X, self.lam)
 
+    @_on_threads
     def _grad(self, X: torch.Tensor) -> torch.Tensor:
         if self._kernels:
             return self._kernel_grad(X, self._krows, self._ptr)
@@ -359,12 +439,14 @@ class GLM(Problem):
         ptr = torch.arange(self.m + 1, device=self.device) * batch.size
         return batch.idx.reshape(-1).contiguous(), ptr
 
+    @_on_threads
     def _grad_diff(self, X: torch.Tensor, Y: torch.Tensor, batch: Batch | None) -> torch.Tensor:
         if not self._kernels:
             return super()._grad_diff(X, Y, batch)
         rows, ptr = (self._krows, self._ptr) if batch is None else self._batch_rows(batch)
         return self._kernel_grad(X, rows, ptr, Y)
 
+    @_on_threads
     def _batch_grad(self, X: torch.Tensor, batch: Batch) -> torch.Tensor:
         if self._kernels:
             return self._kernel_grad(X, *self._batch_rows(batch))
@@ -389,6 +471,7 @@ class GLM(Problem):
     # Largest ``m d^2`` that :meth:`hess` returns (float64: 2 GiB).
     MAX_HESSIAN_ENTRIES: ClassVar[int] = 2**28
 
+    @_on_threads
     def _hess(self, X: torch.Tensor) -> torch.Tensor:
         """``(1/m_i) A_i^T diag(phi''(A_i x_i)) A_i + diag(R''(x_i))`` for every held node: the
         curvature weights come from one pass over the held rows (the margins of the gradients);

@@ -193,6 +193,11 @@ def run_distributed(args, stop: StopSignals | None = None) -> int:
             return EXIT_BAD_INPUT
         out = Path(comm.from_rank0(str(out)))  # a default --out is named by rank 0's clock
         config.update(world_size=world, backend=backend)
+        engine = getattr(problem, "engine", None)
+        if engine is not None:  # every rank computes as rank 0 measured: the same numbers
+            engine = comm.from_rank0(engine)
+            problem.use_engine(engine)
+            config["problem"]["engine"] = engine
         try:
             mine = problem.local(comm.nodes.tolist())
             return execute(algo, mine, config, args, out, comm, rank == 0, stop)

@@ -175,6 +175,7 @@ def configure(
             "x0": args.x0,
             "knobs": knobs,
             "dtype": str(problem.dtype).split(".")[-1],
+            "engine": getattr(problem, "engine", None),
             "consts": consts.to_dict(),
         },
         "seed": args.seed,

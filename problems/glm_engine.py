@@ -1,0 +1,177 @@
+"""The GLM gradient's engine, chosen by measurement on the machine at hand.
+
+A GLM's gradient can run on four engines: the compiled kernels (:mod:`problems.glm_kernels`) on
+dense rows or on CSR rows, or torch's own products (batched dense BLAS, or a sparse product of
+the block-diagonal design), each on any number of threads. Which is fastest depends on the data
+(density, rows per node, ``d``), the dtype, the CPU and how loaded it is: on a shared 2-core
+machine one thread beats two for the small LIBSVM sets, and a fixed density threshold tuned on
+one CPU loses on the next. So ``storage=auto`` (the default) times the candidates on the
+problem's own data at set-up and keeps the fastest; ``storage=NAME`` (and ``threads=N``) forces
+one. The choice is memoised per machine and input (:mod:`problems.cache`, kind ``engine``), like
+the parsed data: every run of a sweep on the same machine and data uses the same engine, so
+their numbers agree to the last bit, and under torch.distributed rank 0's choice is every
+rank's (the runner passes it on).
+
+The engines compute the same maths; the rounding may differ (summation order), so a forced
+``storage`` is what reproduces a run bit for bit on another machine: ``config.json`` records the
+engine under ``problem.engine`` as ``NAME/THREADS``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable, Iterator
+
+import numpy as np
+import torch
+
+from problems import cache
+
+__all__ = ["ENGINES", "STORAGES", "choose", "describe", "machine", "parse", "threads_used"]
+
+#: The engines: the compiled kernels on dense or CSR rows, torch's dense or sparse products.
+ENGINES = ("dense", "csr", "dense-torch", "csr-torch")
+STORAGES = ("auto", *ENGINES)
+#: Dense candidates are tried from this density (below it a dense pass reads twenty times the
+#: entries a sparse one does, which no CPU here repays) up to this many entries (float64:
+#: 400 MB), or at any size above ``DENSE_ANY_SIZE_ABOVE`` (a dense copy then costs at most four
+#: times the sparse one).
+DENSE_MIN_DENSITY = 0.05
+DENSE_MAX_ENTRIES = 50_000_000
+DENSE_ANY_SIZE_ABOVE = 0.25
+#: Measurement: each candidate is called until this many seconds have passed (at least
+#: ``MIN_CALLS`` calls), in ``ROUNDS`` interleaved rounds; the median of its rounds counts.
+BUDGET_S, MIN_CALLS, ROUNDS = 0.02, 3, 3
+#: A candidate whose first call takes this many times the best so far is dropped unmeasured.
+DROP_ABOVE = 4.0
+_VERSION = b"compzoo-engine-v1"
+
+
+@functools.cache
+def machine() -> str:
+    """The CPU model, the core count and the platform: what the memo is keyed by."""
+    model = platform.processor() or ""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return f"{model}|{os.cpu_count()}|{platform.machine()}|{platform.system()}"
+
+
+def parse(choice: str) -> tuple[str, int]:
+    """``"NAME/THREADS"`` to ``(NAME, THREADS)``; ValueError naming what is allowed."""
+    name, _, t = choice.partition("/")
+    if name not in ENGINES or not t.isdigit() or int(t) < 1:
+        raise ValueError(
+            f"engine must be NAME/THREADS with NAME one of {', '.join(ENGINES)}, got {choice!r}"
+        )
+    return name, int(t)
+
+
+def describe(name: str, threads: int) -> str:
+    return f"{name}/{threads}"
+
+
+def dense_allowed(N: int, d: int, nnz: int) -> bool:
+    """Whether a dense copy of the ``(N, d)`` data is a candidate."""
+    if nnz > DENSE_ANY_SIZE_ABOVE * N * d:
+        return True
+    return nnz >= DENSE_MIN_DENSITY * N * d and N * d <= DENSE_MAX_ENTRIES
+
+
+def candidates(storage: str, dense_ok: bool, compiled: bool) -> list[str]:
+    """The engines ``storage`` leaves to measure (one when forced; the compiled ones only where
+    the kernels serve this loss, dtype and device)."""
+    if storage != "auto":
+        return [storage]
+    out = ["csr"] if compiled else []
+    out += ["dense"] if compiled and dense_ok else []
+    out += ["csr-torch"] + (["dense-torch"] if dense_ok else [])
+    return out
+
+
+def thread_candidates(threads: int | str) -> list[int]:
+    """``threads`` forced, or (``"auto"``) one thread and torch's count."""
+    if threads != "auto":
+        return [int(threads)]
+    n = max(1, torch.get_num_threads())
+    return sorted({1, n})
+
+
+@contextlib.contextmanager
+def threads_used(n: int | None) -> Iterator[None]:
+    """Run the body on ``n`` torch threads (the compiled kernels follow torch's count), then
+    restore; a no-op when ``n`` is None or already the count."""
+    if n is None or n == torch.get_num_threads():
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _time(call: Callable[[], object]) -> float:
+    """Seconds per call: calls until ``BUDGET_S`` has passed (at least ``MIN_CALLS``)."""
+    calls, t0 = 0, time.perf_counter()
+    while True:
+        call()
+        calls += 1
+        spent = time.perf_counter() - t0
+        if calls >= MIN_CALLS and spent >= BUDGET_S:
+            return spent / calls
+
+
+def measure(
+    options: list[tuple[str, int]], apply: Callable[[str, int], Callable[[], object]]
+) -> dict[tuple[str, int], float]:
+    """Seconds per gradient of each ``(engine, threads)``: ``apply`` switches the problem to it
+    and returns the call to time (the first call, untimed, warms caches and compiled code).
+    Rounds are interleaved; a candidate far slower than the best (``DROP_ABOVE``) is dropped."""
+    times: dict[tuple[str, int], list[float]] = {o: [] for o in options}
+    alive = list(options)
+    for _ in range(ROUNDS):
+        for o in list(alive):
+            call = apply(*o)
+            with threads_used(o[1]):
+                t0 = time.perf_counter()
+                call()
+                first = time.perf_counter() - t0
+                best = min((min(v) for v in times.values() if v), default=None)
+                if best is not None and first > DROP_ABOVE * best and len(times[o]) == 0:
+                    alive.remove(o)
+                    continue
+                times[o].append(_time(call))
+    return {o: statistics.median(v) for o, v in times.items() if v}
+
+
+def choose(
+    key_parts: tuple, options: list[tuple[str, int]],
+    apply: Callable[[str, int], Callable[[], object]],
+) -> tuple[str, int]:  # fmt: skip
+    """The fastest of ``options`` on this machine and input: memoised (kind ``engine``,
+    keyed by :func:`machine` and ``key_parts``), else measured."""
+    if len(options) == 1:
+        return options[0]
+    k = cache.key(machine(), *key_parts, repr(options), version=_VERSION)
+
+    def compute() -> dict[str, np.ndarray]:
+        times = measure(options, apply)
+        ranked = sorted(times, key=times.get)
+        i = options.index(ranked[0])
+        return {"choice": np.array(i), "seconds": np.array([times.get(o, np.inf) for o in options])}
+
+    got = cache.memo("engine", k, {"choice": "i", "seconds": "f"}, compute)
+    i = int(got["choice"])
+    return options[i] if 0 <= i < len(options) else options[0]

@@ -1,0 +1,103 @@
+"""The GLM gradient's engine: chosen by measurement (memoised per machine and input), forced by
+``storage``/``threads``, the same maths on every engine, and the runner's record of it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from problems import glm, glm_engine
+from problems.registry import make_problem
+
+# Above MEASURE_ABOVE stored entries (3000 x 40 at density 0.6: about 72,000): measured.
+BIG = dict(dataset="synthetic", nodes=6, lam=0.1, samples=3000, features=40, density=0.6, seed=3)
+
+
+def test_small_data_take_the_rule_unmeasured(monkeypatch):
+    monkeypatch.setattr(glm_engine, "measure", _refuse)
+    p = make_problem("logreg", dataset="synthetic", nodes=4, density=0.2)
+    assert p._A64.nnz <= glm.MEASURE_ABOVE
+    assert p.engine == f"csr/{torch.get_num_threads()}" and p.threads is None
+    q = make_problem("logreg", dataset="synthetic", nodes=4, density=0.9)
+    assert q.engine.startswith("dense/") and q.dense
+
+
+def _refuse(*_a, **_k):
+    raise AssertionError("measured although memoised or forced")
+
+
+def test_auto_measures_once_then_reads_the_memo(monkeypatch):
+    seen = []
+    real = glm_engine.measure
+
+    def spy(options, apply):
+        seen.append(list(options))
+        return real(options, apply)
+
+    monkeypatch.setattr(glm_engine, "measure", spy)
+    p = make_problem("logreg", **BIG)
+    assert len(seen) == 1
+    engines = {e for e, _ in seen[0]}
+    assert {"csr", "csr-torch", "dense-torch"} <= engines  # dense: density 0.6 allows it
+    assert p.engine in {glm_engine.describe(e, t) for e, t in seen[0]}
+    monkeypatch.setattr(glm_engine, "measure", _refuse)
+    q = make_problem("logreg", **BIG)
+    assert q.engine == p.engine
+    # Another machine (its CPU model in the key) measures afresh.
+    monkeypatch.setattr(glm_engine, "machine", lambda: "another CPU|64|x86_64|Linux")
+    with pytest.raises(AssertionError, match="measured although"):
+        make_problem("logreg", **BIG)
+
+
+def test_choose_keeps_the_fastest(monkeypatch):
+    options = [("csr", 1), ("csr", 2), ("dense-torch", 1)]
+    fake = {("csr", 1): 3e-3, ("csr", 2): 1e-3, ("dense-torch", 1): 2e-3}
+    monkeypatch.setattr(glm_engine, "measure", lambda opts, apply: fake)
+    assert glm_engine.choose(("fake-input", 1), options, None) == ("csr", 2)
+    assert glm_engine.choose(("one",), [("dense", 1)], None) == ("dense", 1)  # forced: no call
+
+
+@pytest.mark.parametrize("storage", glm_engine.ENGINES)
+@pytest.mark.parametrize("threads", [1, "auto"])
+def test_every_engine_computes_the_same_gradients(storage, threads):
+    ref = make_problem("logreg-nonconvex", **BIG, storage="csr", threads=1)
+    p = make_problem("logreg-nonconvex", **BIG, storage=storage, threads=threads)
+    g = torch.Generator().manual_seed(0)
+    X = 0.3 * torch.randn(p.n, p.d, generator=g, dtype=torch.float64)
+    close = dict(rtol=1e-12, atol=1e-13)
+    torch.testing.assert_close(p.grad(X), ref.grad(X), **close)
+    torch.testing.assert_close(p.grad(X[0]), ref.grad(X[0]), **close)
+    torch.testing.assert_close(p.node_loss(X), ref.node_loss(X), **close)
+    torch.testing.assert_close(p.full_grad(X[1]), ref.full_grad(X[1]), **close)
+    batch = p.sample(7, 5)
+    torch.testing.assert_close(p.grad(X, batch), ref.grad(X, batch), **close)
+    name = p.engine.split("/")[0]
+    assert name in (storage, f"{storage}-torch")  # the compiled ones fall back without numba
+    assert p.dense == name.startswith("dense")
+
+
+def test_use_engine_switches_and_threads_are_restored():
+    p = make_problem("logreg", **BIG, storage="csr", threads=1)
+    X = torch.full((p.n, p.d), 0.1, dtype=torch.float64)
+    before = torch.get_num_threads()
+    g = p.grad(X)
+    assert torch.get_num_threads() == before  # the engine's count only inside the maths
+    p.use_engine("csr-torch/1")
+    assert p.engine == "csr-torch/1" and not p._kernels
+    torch.testing.assert_close(p.grad(X), g, rtol=1e-12, atol=1e-13)
+    one = p.local([2])
+    assert one.engine == "csr-torch/1"
+    torch.testing.assert_close(one.grad(X[:1]), g[2:3], rtol=1e-12, atol=1e-13)
+    with pytest.raises(ValueError, match="NAME one of dense, csr, dense-torch, csr-torch"):
+        p.use_engine("gpu/2")
+    with pytest.raises(ValueError, match="threads must be auto or a positive integer, got 0"):
+        make_problem("logreg", **BIG, threads=0)
+
+
+def test_the_run_records_its_engine(tmp_path):
+    from algorithms.api import run
+
+    res = run("ef21", "topk:k=2", make_problem("logreg", **BIG), iters=3)
+    assert res.config["problem"]["engine"] in {
+        glm_engine.describe(e, t) for e in glm_engine.ENGINES for t in (1, 2, 4, 8, 16)
+    }
