@@ -33,21 +33,29 @@ SUBSET_HEAP_D = 1024
 SUBSET_HEAP_BLOCK = 65536
 _LOCK = threading.Lock()
 _layer_set = False
+#: A launch whose largest array holds fewer entries runs on one thread: its work (microseconds)
+#: is below what waking the other threads costs, a cost that grows to milliseconds when the
+#: cores are shared with other work (measured: Top-1 of a 20 x 112 block, 7 us on one thread,
+#: 5.3 ms on two, on a loaded 2-core machine).
+SERIAL_BELOW = 32768
 
 
 def launch(kernel, *args) -> None:
     """Run a parallel kernel on as many threads as torch uses, so the two never oversubscribe
-    the cores. Numba's OpenMP layer comes first: it shares torch's OpenMP runtime, so the same
-    threads serve both (a separate pool's threads would contend with torch's spinning ones).
-    Its first launch resets the runtime's thread count, which is put back at once. Launches
-    are serialised (not every layer accepts concurrent ones)."""
+    the cores, or on one thread when its largest array argument holds fewer than
+    ``SERIAL_BELOW`` entries. Numba's OpenMP layer comes first: it shares torch's OpenMP
+    runtime, so the same threads serve both (a separate pool's threads would contend with
+    torch's spinning ones). Its first launch resets the runtime's thread count, which is put
+    back at once. Launches are serialised (not every layer accepts concurrent ones). The
+    kernels' results do not depend on their thread count (each output is one thread's work)."""
     global _layer_set
+    work = max((a.size for a in args if isinstance(a, np.ndarray)), default=0)
     with _LOCK:
         if not _layer_set:
             numba.config.THREADING_LAYER_PRIORITY = ["omp", "workqueue", "tbb"]
             _layer_set = True
         want = torch.get_num_threads()
-        threads = max(1, min(want, numba.config.NUMBA_NUM_THREADS))
+        threads = 1 if work < SERIAL_BELOW else max(1, min(want, numba.config.NUMBA_NUM_THREADS))
         if numba.get_num_threads() != threads:
             numba.set_num_threads(threads)
         kernel(*args)
