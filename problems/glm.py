@@ -52,7 +52,8 @@ DATA_KNOBS: dict[str, tuple[Any, str]] = {
     "max_dim": (MAX_DIM, "refuse a LIBSVM file whose d exceeds both this and its stored entries"),
     "storage": ("auto", "gradients' engine: auto (the fastest, measured on this machine and data "
                 "and memoised; small data: dense above 1/4 non-zeros), dense, csr (compiled "
-                "kernels), dense-torch, csr-torch (torch's products)"),
+                "kernels), dense-torch, csr-torch (torch's products), csr-scipy, csc-scipy "
+                "(SciPy's sparse products)"),
     "threads": ("auto", "threads of the gradients: auto (measured with the engine: 1 or torch's "
                 "count) or a positive integer"),
     "server_rows": (0, "rows drawn at random (seeded) for the server's own data, held out of the "
@@ -184,6 +185,7 @@ class GLM(Problem):
         # Compiled kernels (problems.glm_kernels) serve this loss, dtype and device, or torch's
         # (block-)sparse and dense products do; which engine runs is chosen below.
         self._compiled = glm_kernels.available(self.KERNEL_LOSS, dt, self.device)
+        self._scipy_ok = self.device.type == "cpu" and dt in (torch.float32, torch.float64)
         self._Ad = None
         self._server = None if server is None else self._server_data(*server)
         self._choose_engine(storage, threads)
@@ -200,7 +202,7 @@ class GLM(Problem):
             self._use_engine(engine, None if threads == "auto" else int(threads))
             return
         dense_ok = glm_engine.dense_allowed(N, d, nnz)
-        engines = glm_engine.candidates(storage, dense_ok, self._compiled)
+        engines = glm_engine.candidates(storage, dense_ok, self._compiled, self._scipy_ok)
         options = [(e, t) for e in engines for t in glm_engine.thread_candidates(threads)]
         probe = torch.linspace(-0.1, 0.1, self.m * d, dtype=self.dtype).reshape(self.m, d)
         probe = probe.to(self.device)
@@ -219,8 +221,11 @@ class GLM(Problem):
         """Switch the gradients to ``engine`` on ``threads`` (None: torch's count)."""
         if not self._compiled and engine in ("dense", "csr"):
             engine += "-torch"  # no kernels for this loss, dtype or device: torch's products
+        if engine.endswith("-scipy") and not self._scipy_ok:
+            engine = "csr-torch"  # SciPy works on CPU float32/float64 arrays only
         self.dense = engine in ("dense", "dense-torch")
         self._kernels = engine in ("dense", "csr")
+        self._scipy = {"csr-scipy": "csr", "csc-scipy": "csc"}.get(engine)
         if self.dense and self._Ad is None:
             self._Ad = torch.from_numpy(self._A64.toarray()).to(self.device, self.dtype)
         csr = (self._crow, self._col, self._val)
@@ -337,7 +342,7 @@ class GLM(Problem):
         self._bh = torch.from_numpy(self._b64[rows]).to(dev, dt)
         self._local = torch.from_numpy(local).to(dev)
         self._inv_m = (1.0 / torch.from_numpy(counts).to(dev, dt))[self._local]
-        self._B = self._Bt = self._Xh = self._X3 = self._XhT = None
+        self._B = self._Bt = self._Xh = self._X3 = self._XhT = self._S = None
         self._krows = torch.from_numpy(rows.astype(np.int64))
         self._ptr = torch.from_numpy(np.concatenate([[0], np.cumsum(counts)]).astype(np.int64))
         if self._kernels:  # the kernels read the held rows in place: no copy of the data
@@ -346,6 +351,15 @@ class GLM(Problem):
         nz_local = np.repeat(local, np.diff(sub.indptr))
         cols = sub.indices.astype(np.int64) + self.d * nz_local
         B = sp.csr_matrix((sub.data, cols, sub.indptr), shape=(rows.size, nodes.size * self.d))
+        if self._scipy:  # SciPy's sparse products on the held rows, in the problem's dtype
+            npdt = np.float32 if dt == torch.float32 else np.float64
+            shared = sub.astype(npdt)
+            self._S = {
+                "B": B.astype(npdt),
+                "Bt": B.T.tocsr().astype(npdt),
+                "A": shared.tocsc() if self._scipy == "csc" else shared,
+            }
+            return
         self._B = _torch_csr(B, dt, dev)
         self._Bt = _torch_csr(B.T.tocsr(), dt, dev)
         # Dense data: the held rows as an (N_held, d) matrix, and as (m, c, d) when every held
@@ -382,6 +396,10 @@ class GLM(Problem):
         """``a_j^T x_{node(j)}`` for every held row ``j``."""
         if self._kernels:
             return glm_kernels.margins(self._kdata, self._krows, self._ptr, self._kernel_point(X))
+        if self._S is not None:
+            if X.shape[0] == 1 or X.stride(0) == 0:  # one point for every node: one SpMV
+                return torch.from_numpy(self._S["A"] @ X[0].detach().numpy())
+            return torch.from_numpy(self._S["B"] @ X.detach().contiguous().numpy().reshape(-1))
         if self._Xh is None:
             return self._B @ X.reshape(-1)
         if X.shape[0] == 1 or X.stride(0) == 0:  # one point for every node: one gemv
@@ -408,8 +426,14 @@ class GLM(Problem):
             G = torch.zeros(self.m, self.d, dtype=self.dtype, device=self.device)
             G.index_add_(0, self._local, self._Xh * u[:, None])
         else:
-            G = (self._Bt @ u).reshape(self.m, self.d)
+            G = self._sums(u)
         return G.add_(self._reg_grad_rows(X))
+
+    def _sums(self, u: torch.Tensor) -> torch.Tensor:
+        """``(m, d)``: node ``i``'s ``sum_j u_j a_j`` over its held rows (sparse layouts)."""
+        if self._S is not None:
+            return torch.from_numpy(self._S["Bt"] @ u.detach().numpy()).reshape(self.m, self.d)
+        return (self._Bt @ u).reshape(self.m, self.d)
 
     def _reg_grad_rows(self, X: torch.Tensor) -> torch.Tensor:
         """The regulariser's gradient at every row of ``X``, computed once when every node is at

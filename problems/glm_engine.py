@@ -1,16 +1,17 @@
 """The GLM gradient's engine, chosen by measurement on the machine at hand.
 
-A GLM's gradient can run on four engines: the compiled kernels (:mod:`problems.glm_kernels`) on
-dense rows or on CSR rows, or torch's own products (batched dense BLAS, or a sparse product of
-the block-diagonal design), each on any number of threads. Which is fastest depends on the data
-(density, rows per node, ``d``), the dtype, the CPU and how loaded it is: on a shared 2-core
-machine one thread beats two for the small LIBSVM sets, and a fixed density threshold tuned on
-one CPU loses on the next. So ``storage=auto`` (the default) times the candidates on the
-problem's own data at set-up and keeps the fastest; ``storage=NAME`` (and ``threads=N``) forces
-one. The choice is memoised per machine and input (:mod:`problems.cache`, kind ``engine``), like
-the parsed data: every run of a sweep on the same machine and data uses the same engine, so
-their numbers agree to the last bit, and under torch.distributed rank 0's choice is every
-rank's (the runner passes it on).
+A GLM's gradient can run on six engines: the compiled kernels (:mod:`problems.glm_kernels`) on
+dense rows or on CSR rows, torch's own products (batched dense BLAS, or a sparse product of the
+block-diagonal design), or SciPy's sparse products (margins by one CSR or CSC product, sums by the
+transposed block-diagonal design), each on any number of threads. Which is fastest depends on the
+data (density, rows per node, ``d``), the dtype, the CPU and how loaded it is: on a shared 2-core
+machine one thread beats two for the small LIBSVM sets, and a fixed density threshold tuned on one
+CPU loses on the next. So ``storage=auto`` (the default) times the candidates on the problem's own
+data at set-up and keeps the fastest; ``storage=NAME`` (and ``threads=N``) forces one. The choice
+is memoised per machine and input (:mod:`problems.cache`, kind ``engine``), like the parsed data:
+every run of a sweep on the same machine and data uses the same engine, so their numbers agree to
+the last bit, and under torch.distributed rank 0's choice is every rank's (the runner passes it
+on).
 
 The engines compute the same maths; the rounding may differ (summation order), so a forced
 ``storage`` is what reproduces a run bit for bit on another machine: ``config.json`` records the
@@ -34,8 +35,10 @@ from problems import cache
 
 __all__ = ["ENGINES", "STORAGES", "choose", "describe", "machine", "parse", "threads_used"]
 
-#: The engines: the compiled kernels on dense or CSR rows, torch's dense or sparse products.
-ENGINES = ("dense", "csr", "dense-torch", "csr-torch")
+#: The engines: the compiled kernels on dense or CSR rows, torch's dense or sparse products,
+#: SciPy's sparse products (margins by a CSR or a CSC product at a shared point, sums by the
+#: transposed block-diagonal CSR: what a researcher's vectorized script does).
+ENGINES = ("dense", "csr", "dense-torch", "csr-torch", "csr-scipy", "csc-scipy")
 STORAGES = ("auto", *ENGINES)
 #: Dense candidates are tried from this density (below it a dense pass reads twenty times the
 #: entries a sparse one does, which no CPU here repays) up to this many entries (float64:
@@ -88,14 +91,15 @@ def dense_allowed(N: int, d: int, nnz: int) -> bool:
     return nnz >= DENSE_MIN_DENSITY * N * d and N * d <= DENSE_MAX_ENTRIES
 
 
-def candidates(storage: str, dense_ok: bool, compiled: bool) -> list[str]:
+def candidates(storage: str, dense_ok: bool, compiled: bool, scipy_ok: bool = True) -> list[str]:
     """The engines ``storage`` leaves to measure (one when forced; the compiled ones only where
-    the kernels serve this loss, dtype and device)."""
+    the kernels serve this loss, dtype and device, SciPy's on CPU float32/float64)."""
     if storage != "auto":
         return [storage]
     out = ["csr"] if compiled else []
     out += ["dense"] if compiled and dense_ok else []
     out += ["csr-torch"] + (["dense-torch"] if dense_ok else [])
+    out += ["csr-scipy", "csc-scipy"] if scipy_ok else []
     return out
 
 

@@ -38,7 +38,7 @@ def test_auto_measures_once_then_reads_the_memo(monkeypatch):
     p = make_problem("logreg", **BIG)
     assert len(seen) == 1
     engines = {e for e, _ in seen[0]}
-    assert {"csr", "csr-torch", "dense-torch"} <= engines  # dense: density 0.6 allows it
+    assert {"csr", "csr-torch", "dense-torch", "csr-scipy", "csc-scipy"} <= engines
     assert p.engine in {glm_engine.describe(e, t) for e, t in seen[0]}
     monkeypatch.setattr(glm_engine, "measure", _refuse)
     q = make_problem("logreg", **BIG)
@@ -88,7 +88,9 @@ def test_use_engine_switches_and_threads_are_restored():
     one = p.local([2])
     assert one.engine == "csr-torch/1"
     torch.testing.assert_close(one.grad(X[:1]), g[2:3], rtol=1e-12, atol=1e-13)
-    with pytest.raises(ValueError, match="NAME one of dense, csr, dense-torch, csr-torch"):
+    with pytest.raises(
+        ValueError, match="NAME one of dense, csr, dense-torch, csr-torch, csr-scipy"
+    ):
         p.use_engine("gpu/2")
     with pytest.raises(ValueError, match="threads must be auto or a positive integer, got 0"):
         make_problem("logreg", **BIG, threads=0)

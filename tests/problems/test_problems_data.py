@@ -225,8 +225,11 @@ def test_real_sparse_set_stays_sparse_and_is_fast(libsvm_dir):
     c = p.consts
     assert p.full_grad(p.x_star).norm() <= 1e-9
     assert c.f_star == pytest.approx(float(p.loss(p.x_star)), rel=1e-13)
-    # The gradients read CSR arrays (the compiled kernels' or the block-sparse torch matrix).
-    stored = p._kdata[1].size if p._kernels else p._B.values().numel()
+    # The gradients read CSR arrays (the compiled kernels', SciPy's or torch's block-sparse).
+    if p._kernels:
+        stored = p._kdata[1].size
+    else:
+        stored = p._S["B"].nnz if p._S is not None else p._B.values().numel()
     assert not p.dense and stored < 0.05 * 49749 * 300
     A = load_tabular(f"libsvm:{libsvm_dir / 'w8a.txt'}", "t").X
     assert c.L_max >= gram_top_eig(A[: 49749 // 20]) / (4 * (49749 // 20)) + 0.1 - 1e-12
