@@ -5,10 +5,10 @@ the memory-bandwidth bound, compressors against torch primitives, peak memory ag
 size, batched against looped deep-net gradients, the EF21, DIANA, MARINA and DASHA papers'
 setups on the LIBSVM sets mushrooms, phishing, a9a and w8a (``paper``, issue 16: n = 20, from
 $COMPZOO_DATA or ../shared/data/libsvm/, each skipped with a message when absent) against
-careful per-node NumPy/SciPy-CSR loops, and 10^4-10^5 nodes sharded over several processes
-(``scale``). Prints a markdown report; with --out also writes DIR/benchmarks.md and the raw
-numbers in DIR/benchmarks.json, after every case, so a run stopped half way keeps what it
-measured.
+careful per-node NumPy/SciPy-CSR loops and all-nodes vectorized NumPy/SciPy scripts, and
+10^4-10^5 nodes sharded over several processes (``scale``). Prints a markdown report; with
+--out also writes DIR/benchmarks.md and the raw numbers in DIR/benchmarks.json, after every
+case, so a run stopped half way keeps what it measured.
 
 Runtime of --quick, measured on this project's 2-core machine while others used it: 90-115 s
 in all. By part (the "PART: N s" lines on stderr): iterations 14-21 s, compressors 1-2 s,

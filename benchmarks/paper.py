@@ -6,9 +6,9 @@ Sec. 6), each with its theory step, on ``logreg-nonconvex`` (lambda = 0.1) over 
 phishing, a9a and w8a, split contiguously among ``n = 20`` nodes, in float64 and float32.
 The files are read from ``$COMPZOO_DATA`` (``NAME.txt`` or ``libsvm/NAME.txt``), else from
 ``../shared/data/libsvm/`` beside the repository; a set that is absent is skipped with a
-message. compzoo keeps a set whose density exceeds ``problems.glm.DENSE_ABOVE`` dense
-(phishing): its row says ``storage dense``. DIANA starts from ``h_i^0 = 0`` (its
-``init_mode=zero``), as its loop does.
+message. compzoo's gradients run on the engine its ``storage=auto`` measured fastest for the
+set on this machine (:mod:`problems.glm_engine`): its row names it (``NAME/THREADS``). DIANA
+starts from ``h_i^0 = 0`` (its ``init_mode=zero``), as its loop does.
 
 Per (set, dtype, method), in one process, interleaved and repeated (median of 3):
 
@@ -17,11 +17,17 @@ Per (set, dtype, method), in one process, interleaved and repeated (median of 3)
   evaluation, no history);
 * loop: the same steps of the careful per-node NumPy/SciPy-CSR loop of
   :mod:`benchmarks.baselines_sparse` on the same rows (its initialisation untimed);
+* vectorized: the same steps of the all-nodes-at-once NumPy/SciPy script of
+  :mod:`benchmarks.baselines_vectorized` (its initialisation untimed), on the storage
+  (block-diagonal CSR sums with CSR or CSC margins, or a dense ``(n, m, d)`` stack with
+  BLAS's default threads or one thread) that was fastest for its gradient when the set was
+  loaded (timed once per set and dtype; the row's ``vectorized_variant``), Rand-K indices
+  drawn as the loops draw them, so its iterates are the loops';
 * floor: compzoo's step on the same problem with a free gradient (a stored ``(n, d)`` gradient
   copied out): what a step costs besides the gradient, the framework's per-step overhead.
 
-* storage: the full gradient with the data stored as CSR and as a dense array (float64), the
-  measured cost behind ``storage=auto``'s choice;
+* storage: the full gradient on each engine, forced (float64): the measured costs among which
+  ``storage=auto`` chose;
 * grad: compzoo's full gradient alone (the problem's compiled kernel), at a shared point;
 * two-touch: the cheapest pass that reads each stored entry of compzoo's storage twice, once
   for a margin and once for the sum, nodes in parallel (no loss, no labels): what a gradient
@@ -48,9 +54,11 @@ import torch
 from algorithms.registry import ALGORITHMS
 from benchmarks import bandwidth
 from benchmarks.baselines_sparse import DashaLoop, DianaLoop, EF21Loop, MarinaLoop, nodes_from_csr
+from benchmarks.baselines_vectorized import DashaVec, DianaVec, EF21Vec, MarinaVec, VecData
 from benchmarks.progress import Tracker
 from comm import SimulatedComm
 from compressors import parse_spec
+from problems import glm_engine
 from problems.registry import make_problem
 from streams import tags
 from streams.compiled import launch, numba
@@ -111,12 +119,43 @@ def loop_for(problem, name: str, algo, k: int, steps: int, seed: int = 0):
     if name == "diana":
         return DianaLoop(nodes, x0, g, k, algo._alpha(d), LAM, seed)
     if name == "marina":
-        comm = SimulatedComm(problem.n, seed=seed)
-        syncs = np.array([comm.coin(t, algo._p(d), tag=tags.COIN) for t in range(steps)])
-        return MarinaLoop(nodes, x0, g, k, syncs, LAM, seed)
+        return MarinaLoop(nodes, x0, g, k, marina_syncs(problem, algo, steps, seed), LAM, seed)
     if name == "dasha":
         return DashaLoop(nodes, x0, g, k, algo._a(d), LAM, seed)
     raise ValueError(f"no loop baseline for {name!r}; allowed: {[m for m, _ in METHODS]}")
+
+
+def marina_syncs(problem, algo, steps: int, seed: int = 0) -> np.ndarray:
+    """MARINA's coins of rounds ``0..steps-1``: compzoo's, drawn from
+    ``SimulatedComm(n, seed)``."""
+    comm = SimulatedComm(problem.n, seed=seed)
+    d = problem.d
+    return np.array([comm.coin(t, algo._p(d), tag=tags.COIN) for t in range(steps)])
+
+
+def vec_data(problem, variant: str = "auto") -> VecData:
+    """``problem``'s rows for the vectorized baselines, in its dtype; ``variant="auto"`` times
+    each storage of :data:`benchmarks.baselines_vectorized.VARIANTS` on a few gradients and
+    keeps the fastest."""
+    dt = np.float32 if problem.dtype == torch.float32 else np.float64
+    return VecData(problem._A64, problem._b64, problem._offsets64, dt, variant)
+
+
+def vec_for(problem, name: str, algo, k: int, steps: int, data: VecData, seed: int = 0):
+    """A fresh vectorized baseline of ``name`` on ``data`` (from :func:`vec_data`), with
+    ``algo``'s parameters and the loop's Rand-K draws and MARINA coins."""
+    dt = data.dtype
+    x0 = problem.x0.cpu().numpy().astype(dt)
+    d, g = problem.d, algo.gamma
+    if name == "ef21":
+        return EF21Vec(data, x0, g, k, LAM)
+    if name == "diana":
+        return DianaVec(data, x0, g, k, algo._alpha(d), LAM, seed)
+    if name == "marina":
+        return MarinaVec(data, x0, g, k, marina_syncs(problem, algo, steps, seed), LAM, seed)
+    if name == "dasha":
+        return DashaVec(data, x0, g, k, algo._a(d), LAM, seed)
+    raise ValueError(f"no vectorized baseline for {name!r}; allowed: {[m for m, _ in METHODS]}")
 
 
 def time_compzoo(algo, problem, steps: int) -> float:
@@ -139,15 +178,16 @@ def paper_problem(path: Path, dtype: str, storage: str = "auto"):
 
 
 def storage_costs(path: Path, dtype: str, steps: int, repeats: int) -> dict:
-    """``{"csr_grad_s": ..., "dense_grad_s": ...}``: the full gradient's seconds with the data
-    stored each way (``--problem-opt storage=csr|dense``), interleaved, median of
-    ``repeats``: the measured cost that ``storage=auto``'s density threshold stands for."""
-    probs = {st: paper_problem(path, dtype, st) for st in ("csr", "dense")}
-    times: dict[str, list[float]] = {st: [] for st in probs}
+    """``{"csr_grad_s": ..., "csr-scipy_grad_s": ..., ...}``: the full gradient's seconds on
+    each engine of :data:`problems.glm_engine.ENGINES` (``--problem-opt storage=NAME``, its
+    thread count chosen as ``auto`` chooses it), interleaved, median of ``repeats``: the
+    measured costs among which ``storage=auto`` chose."""
+    probs = {e: paper_problem(path, dtype, e) for e in glm_engine.ENGINES}
+    times: dict[str, list[float]] = {e: [] for e in probs}
     for _ in range(repeats):
-        for st, p in probs.items():
-            times[st].append(time_grad(p, steps))
-    return {f"{st}_grad_s": statistics.median(t) for st, t in times.items()}
+        for e, p in probs.items():
+            times[e].append(time_grad(p, steps))
+    return {f"{e}_grad_s": statistics.median(t) for e, t in times.items()}
 
 
 def time_grad(problem, steps: int) -> float:
@@ -219,7 +259,8 @@ if numba is not None:
 
 
 def time_loop(make, steps: int) -> float:
-    """Seconds per step of a fresh loop's ``steps`` steps (its initialisation untimed)."""
+    """Seconds per step of a fresh loop's (or vectorized baseline's) ``steps`` steps (its
+    initialisation untimed)."""
     loop = make()
     t0 = time.perf_counter()
     loop.run(steps)
@@ -230,6 +271,13 @@ def bench_set(path: Path, name: str, dtype: str, steps: int, repeats: int) -> li
     """One row per method on one data set and dtype; the methods' timings interleaved."""
     problem = paper_problem(path, dtype)
     free = FreeGrad(problem)
+    time.sleep(0.05)  # let torch's worker threads settle before NumPy is timed
+    data = vec_data(problem)  # times its storages on a few gradients, keeps the fastest
+    log.info(
+        "paper %s %s: vectorized baseline on %s (gradient ms: %s)",
+        name, dtype, data.variant,
+        ", ".join(f"{v} {1e3 * t:.3g}" for v, t in data.timings.items()),
+    )  # fmt: skip
     N, d, nnz = problem._A64.shape[0], problem.d, int(problem._A64.nnz)
     itemsize = torch.finfo(problem.dtype).bits // 8
     jobs = []
@@ -241,6 +289,7 @@ def bench_set(path: Path, name: str, dtype: str, steps: int, repeats: int) -> li
         time_compzoo(job["algo"], problem, 2)
         time_compzoo(job["algo"], free, 2)
         time_loop(lambda j=job: loop_for(problem, j["method"], j["algo"], j["k"], 2), 2)
+        time_loop(lambda j=job: vec_for(problem, j["method"], j["algo"], j["k"], 2, data), 2)
     grads, touches = [], []
     for _ in range(repeats):
         grads.append(time_grad(problem, steps))
@@ -250,12 +299,13 @@ def bench_set(path: Path, name: str, dtype: str, steps: int, repeats: int) -> li
             ours = time_compzoo(a, problem, steps)
             time.sleep(0.05)  # let torch's worker threads settle before NumPy runs
             loop = time_loop(lambda a=a, m=m, k=k: loop_for(problem, m, a, k, steps), steps)
+            vec = time_loop(lambda a=a, m=m, k=k: vec_for(problem, m, a, k, steps, data), steps)
             floor = time_compzoo(a, free, steps)
-            job["t"].append((ours, loop, floor))
+            job["t"].append((ours, loop, floor, vec))
     layouts = storage_costs(path, dtype, steps, repeats) if dtype == "float64" else {}
     rows = []
     for job in jobs:
-        ours, loop, floor = (statistics.median(col) for col in zip(*job["t"], strict=True))
+        ours, loop, floor, vec = (statistics.median(c) for c in zip(*job["t"], strict=True))
         rows.append(
             {
                 "dataset": name,
@@ -266,11 +316,14 @@ def bench_set(path: Path, name: str, dtype: str, steps: int, repeats: int) -> li
                 "N": N,
                 "d": d,
                 "nnz": nnz,
-                "storage": "dense" if problem.dense else "csr",  # compzoo's kernels
+                "storage": problem.engine,  # the engine storage=auto chose (NAME/THREADS)
                 "steps": steps,
                 "compzoo_s": ours,
                 "loop_s": loop,
                 "floor_s": floor,
+                "vectorized_s": vec,
+                "vectorized_variant": data.variant,
+                **{f"vectorized_{v}_grad_s": t for v, t in data.timings.items()},
                 "grad_s": statistics.median(grads),
                 **layouts,
                 "touch_s": statistics.median(touches),

@@ -11,6 +11,7 @@ from benchmarks import __main__ as bench_main
 from benchmarks import paper, report
 from comm import SimulatedComm
 from compressors import parse_spec
+from problems.glm_engine import ENGINES
 from problems.registry import make_problem
 
 N, D, NODES = 90, 12, 5
@@ -150,15 +151,23 @@ def test_paper_report_ratios_bounds_and_misses():
     assert f"- mushrooms float64 ef21: MISSED: {ratio:.2f}x > 3x (bound + floor)" in text
     assert "- mushrooms float32 ef21: MISSED" not in text
     assert "Storage by measured cost" not in text
+
+    def costs(**given):  # every engine 5 ms unless given
+        return {f"{e.replace('_', '-')}_grad_s": given.get(e.replace("-", "_"), 5e-3)
+                for e in ENGINES}  # fmt: skip
+
     layouts = [
-        {**out[0], "storage": "csr", "csr_grad_s": 1e-3, "dense_grad_s": 2e-3},
-        {**out[0], "dataset": "a", "storage": "csr", "csr_grad_s": 3e-3, "dense_grad_s": 1e-3},
-        {**out[0], "dataset": "b", "storage": "csr", "csr_grad_s": 1e-3, "dense_grad_s": 1.04e-3},
+        {**out[0], "storage": "csr/1", **costs(csr=1e-3, dense=2e-3)},
+        {**out[0], "dataset": "a", "storage": "csr/2", **costs(csr=3e-3, dense=1e-3)},
+        {**out[0], "dataset": "b", "storage": "csr/1", **costs(csr=1e-3, dense=1.04e-3)},
+        {**out[0], "dataset": "c", "storage": "csc-scipy/1", **costs(csc_scipy=1e-3)},
     ]
     table = report.paper_markdown(layouts)
-    assert "| mushrooms | 1 | 2 | csr | csr | yes |" in table
-    assert "| a | 3 | 1 | dense | csr | no |" in table
-    assert "| b | 1 | 1.04 | tie (within 5%) | csr | - |" in table
+    assert "| mushrooms | 2 | 1 | 5 | 5 | 5 | 5 | csr | csr/1 | yes |" in table
+    assert "| a | 1 | 3 | 5 | 5 | 5 | 5 | dense | csr/2 | no |" in table
+    tie = "csr (tie within 5%: dense, csr)"
+    assert f"| b | 1.04 | 1 | 5 | 5 | 5 | 5 | {tie} | csr/1 | yes |" in table
+    assert "| c | 5 | 5 | 5 | 5 | 5 | 1 | csc-scipy | csc-scipy/1 | yes |" in table
     assert "w8a.txt not found: skipped" in text
 
 
