@@ -12,6 +12,7 @@ from typing import ClassVar
 
 import torch
 
+from compressors import compiled_dense, compiled_fwht
 from compressors.base import Compressor, Packet, check_float_bits, work_dtype
 from compressors.bitpack import BitReader, BitWriter
 from streams import Streams, tags
@@ -29,17 +30,31 @@ def padded_dim(d: int) -> int:
 def fwht(x: torch.Tensor) -> torch.Tensor:
     """The unnormalized Walsh-Hadamard transform ``H x`` along the last axis (Sylvester order,
     ``H`` symmetric with ``H H = n I``); the length ``n`` must be a power of two. One butterfly
-    stage per factor of two, each vectorized over the whole tensor: ``O(n log n)``."""
+    stage per factor of two (``a + b``, ``a - b``), each vectorized over the whole tensor:
+    ``O(n log n)``; on the CPU the compiled in-place form (:mod:`compressors.compiled_fwht`)
+    does the same butterflies with fewer passes over memory, so the result is the same."""
     *lead, n = x.shape
     if n & (n - 1):
         raise ValueError(f"fwht needs a power-of-two length, got {n}")
-    y, h = x, 1
-    while h < n:
-        y = y.reshape(*lead, n // (2 * h), 2, h)
-        a, b = y[..., 0, :], y[..., 1, :]
-        y = torch.stack((a + b, a - b), dim=-2)
-        h *= 2
-    return y.reshape(*lead, n)
+    if x.requires_grad:  # differentiable: each stage a new tensor
+        y, h = x, 1
+        while h < n:
+            y = y.reshape(*lead, n // (2 * h), 2, h)
+            a, b = y[..., 0, :], y[..., 1, :]
+            y = torch.stack((a + b, a - b), dim=-2)
+            h *= 2
+        return y.reshape(*lead, n)
+    src = x.reshape(-1, n).clone(memory_format=torch.contiguous_format)
+    if compiled_fwht.serves(src):
+        return compiled_fwht.fwht_(src).reshape(x.shape)
+    dst, h = torch.empty_like(src), 1
+    while h < n:  # two buffers in turn, each stage written into the other
+        a, b = src.view(-1, 2, h).unbind(1)
+        pair = dst.view(-1, 2, h)
+        torch.add(a, b, out=pair[:, 0])
+        torch.sub(a, b, out=pair[:, 1])
+        src, dst, h = dst, src, 2 * h
+    return src.reshape(x.shape)
 
 
 def rwht(x: torch.Tensor, signs: torch.Tensor) -> torch.Tensor:
@@ -119,15 +134,30 @@ class FOSGD(Compressor):
         n = padded_dim(d)
         w = work_dtype(x_i.dtype)
         x = x_i.to(w)
-        signs = 1.0 - 2.0 * (rng.split(tags.FOSGD_SIGNS).bits64(n) & 1).to(w)
-        top = x.abs().amax(dim=1)
+        fast = compiled_fwht.serves(x) and d > 0
+        top = compiled_dense.absmax(x) if fast else x.abs().amax(dim=1)
         ok = torch.isfinite(top) & (top > 0)
+        big = torch.finfo(x_i.dtype).max
+        if fast and bool(torch.isfinite(top).all()):
+            # the same numbers as below, in a few passes (compressors.compiled_fwht)
+            signs, lam, bits = compiled_fwht.fosgd_encode(
+                x,
+                torch.where(ok, top, 1.0),
+                rng.split(tags.FOSGD_SIGNS).keys,
+                _dither_streams(rng).keys,
+                n,
+                math.sqrt(n),
+            )
+            scale = torch.where(ok, (lam * top).clamp(max=big), 0.0)
+            return self._packet(
+                x_i, self.bits(d), {"scale", "bits"}, scale=scale, bits=bits, signs=signs
+            )
+        signs = 1.0 - 2.0 * (rng.split(tags.FOSGD_SIGNS).bits64(n) & 1).to(w)
         unit = x / torch.where(ok, top, 1.0)[:, None]
         y = rwht(unit, signs)
         lam = y.abs().amax(dim=1)
         p = 0.5 * (1.0 + y / torch.where(lam > 0, lam, 1.0)[:, None])
         u = _dither_streams(rng).uniform(n, dtype=w)
-        big = torch.finfo(x_i.dtype).max
         scale = torch.where(ok, (lam * top).clamp(max=big), 0.0)
         scale = torch.where(torch.isfinite(top), scale, torch.nan)
         return self._packet(
@@ -136,9 +166,15 @@ class FOSGD(Compressor):
 
     def _decode(self, packet: Packet) -> torch.Tensor:
         f = packet.fields
-        pm = 2.0 * f["bits"].to(f["signs"].dtype) - 1.0
-        out = irwht(pm, f["signs"], packet.d) * f["scale"][:, None]
         big = torch.finfo(packet.dtype).max
+        signs = f["signs"]
+        if compiled_fwht.serves(signs) and f["scale"].dtype == signs.dtype:
+            n = signs.shape[1]
+            return compiled_fwht.fosgd_decode(
+                f["bits"], signs, f["scale"], packet.d, math.sqrt(n), big
+            )
+        pm = 2.0 * f["bits"].to(signs.dtype) - 1.0
+        out = irwht(pm, signs, packet.d) * f["scale"][:, None]
         return out.clamp(-big, big)
 
     def _write(self, packet: Packet, w: BitWriter) -> None:

@@ -7,6 +7,7 @@ from typing import ClassVar
 
 import torch
 
+from compressors import compiled_dense
 from compressors.base import Compressor, Packet, ceil_log2, check_float_bits
 from compressors.bitpack import BitReader, BitWriter
 from streams import Streams
@@ -96,9 +97,13 @@ class Threshold(Compressor):
 
     # ---------------------------------------------------------------- the operator
     def _encode(self, x_i: torch.Tensor, rng: Streams) -> Packet:
-        keep = ~(x_i.abs() < self.lam)
-        values = torch.where(keep, x_i, torch.zeros((), dtype=x_i.dtype, device=x_i.device))
-        nbits = self.row_bits(keep.sum(dim=1), x_i.shape[1])
+        if compiled_dense.serves(x_i):  # the same payload in one pass
+            keep, values, nnz = compiled_dense.threshold_encode(x_i, self.lam)
+        else:
+            keep = ~(x_i.abs() < self.lam)
+            values = torch.where(keep, x_i, torch.zeros((), dtype=x_i.dtype, device=x_i.device))
+            nnz = keep.sum(dim=1)
+        nbits = self.row_bits(nnz, x_i.shape[1])
         return self._packet(x_i, nbits, {"keep", "values"}, keep=keep, values=values)
 
     def _decode(self, packet: Packet) -> torch.Tensor:

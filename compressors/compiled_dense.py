@@ -1,0 +1,352 @@
+"""Compiled CPU kernels of three deterministic-format compressors: hard threshold, rounding to
+a grid, 3LC's quantizer (see :mod:`streams.compiled`).
+
+Their torch forms take one whole-array pass per operation (abs, compare, negate, where, sum,
+casts to float64, cumulative maxima for the gaps of the Elias code, the quartic bytes and the
+zero runs), each writing a temporary. The kernels here read the rows once (3LC twice: its scale
+first) and write the payload, computing every entry with the same operations in the same
+precision, so the payload is the same, bit for bit. Rows are cut into chunks so that a single
+long row runs on every thread; what crosses a chunk's edge (the gap to the previous non-zero
+level) is joined afterwards from per-chunk summaries. Inner loops run over slices indexed from
+0, which the compiler vectorizes (an index that may be negative is wrapped, which it cannot)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from streams.compiled import _GOLDEN, launch, numba
+
+__all__ = [
+    "ENABLED",
+    "absmax",
+    "round_decode",
+    "round_encode",
+    "serves",
+    "threelc_decode",
+    "threelc_encode",
+    "threshold_encode",
+]
+
+ENABLED = numba is not None
+#: Inputs with fewer entries take the torch form (the same numbers): there it costs microseconds,
+#: and a process that never meets a large input never compiles these kernels (tens of seconds
+#: the first time on a 2-core machine, before numba's on-disk cache holds them).
+FAST_FROM = 1 << 15
+CHUNK = 1 << 15  # entries per task; a multiple of 5 times this is used for 3LC's bytes
+BYTES = 6554  # quartic bytes per 3LC task (5 * 6554 entries)
+SUB = 2048  # entries a task computes before it codes them (while they are in cache)
+_SHIFT53 = np.uint64(11)
+
+
+def serves(t: torch.Tensor) -> bool:
+    """Whether the kernels serve ``t`` (a 2-D CPU tensor of float32 or float64 with at least
+    ``FAST_FROM`` entries)."""
+    return (
+        ENABLED
+        and t.device.type == "cpu"
+        and t.dtype in (torch.float32, torch.float64)
+        and t.dim() == 2
+        and t.numel() >= max(1, FAST_FROM)
+    )
+
+
+def _tasks(d: int, chunk: int) -> int:
+    return (d + chunk - 1) // chunk
+
+
+def absmax(x: torch.Tensor) -> torch.Tensor:
+    """``|x|.amax(dim=1)`` in one pass (a NaN, of some payload, if a row holds a NaN)."""
+    x = x.detach().contiguous()
+    ints, mask = (np.int32, 0x7FFFFFFF) if x.dtype == torch.float32 else (np.int64, (1 << 63) - 1)
+    part = np.empty((x.shape[0], _tasks(x.shape[1], CHUNK)), dtype=ints)
+    launch(_absmax, x.numpy().view(ints), ints(mask), part)
+    return torch.from_numpy(part.view(x.numpy().dtype)).amax(dim=1)
+
+
+def threshold_encode(x: torch.Tensor, lam: float):
+    """``keep = not |x| < lam`` (``lam`` in ``x``'s dtype), ``values = where(keep, x, 0)`` and
+    the number kept per row."""
+    x = x.detach().contiguous()
+    kind = x.numpy().dtype.type
+    keep = torch.empty(x.shape, dtype=torch.bool)
+    values = torch.empty_like(x)
+    part = torch.empty(x.shape[0], _tasks(x.shape[1], CHUNK), dtype=torch.int64)
+    launch(_threshold, x.numpy(), kind(lam), keep.numpy(), values.numpy(), part.numpy())
+    return keep, values, part.sum(dim=1)
+
+
+def round_encode(x: torch.Tensor, h: float, keys, random: bool, escape: int):
+    """Grid rounding's payload (``levels``, ``escaped``, ``raw``) and per row the number of
+    escaped entries and the Elias bits of the codes (``escape`` for an escaped entry, else
+    ``|level|``)."""
+    x = x.detach().contiguous()
+    m, d = x.shape
+    levels = torch.empty(m, d, dtype=torch.int64)
+    esc = torch.empty(m, d, dtype=torch.bool)
+    # zero but for the escaped entries: pages the kernel never writes are never touched
+    raw = torch.from_numpy(np.zeros((m, d), dtype=x.numpy().dtype))
+    tasks = _tasks(d, CHUNK)
+    summary = torch.empty(m, tasks, 4, dtype=torch.int64)
+    k = keys.contiguous().numpy().view(np.uint64)
+    args = (x.numpy(), float(h), k, bool(random), escape, levels.numpy(), esc.numpy())
+    launch(_round, *args, raw.numpy(), summary.numpy())
+    totals = torch.empty(m, 2, dtype=torch.int64)
+    _join_gaps(summary.numpy(), totals.numpy())
+    return levels, esc, raw, totals[:, 0], totals[:, 1]
+
+
+def round_decode(levels, esc, raw, h: float) -> torch.Tensor:
+    """``raw`` where escaped, else ``levels h`` (float64) cast to ``raw``'s dtype and, where
+    that overflows, saturated at ``+-finfo.max``."""
+    raw = raw.contiguous()
+    out = torch.empty_like(raw)
+    big = torch.finfo(raw.dtype).max
+    args = (levels.contiguous().numpy(), esc.contiguous().numpy(), raw.numpy(), float(h))
+    launch(_round_decode, *args, float(big), out.numpy())
+    return out
+
+
+def threelc_encode(x: torch.Tensor, amax: torch.Tensor, s: float):
+    """``q = clamp(round(x / den / s), -1, 1)`` (int8; ``den = amax``, or 1 where ``amax`` is 0)
+    and per row the length of the zero-run encoded quartic bytes of ``q``."""
+    x = x.detach().contiguous()
+    kind = x.numpy().dtype.type
+    m, d = x.shape
+    nbytes = -(-d // 5)
+    q = torch.empty(m, d, dtype=torch.int8)
+    quart = torch.empty(m, nbytes, dtype=torch.uint8)
+    den = torch.where(amax > 0, amax, torch.ones_like(amax)).contiguous()
+    launch(_ternary, x.numpy(), den.numpy(), kind(s), kind(0.5), q.numpy(), quart.numpy())
+    lens = torch.empty(m, dtype=torch.int64)
+    launch(_zre_lengths, quart.numpy(), lens.numpy())
+    return q, lens
+
+
+def threelc_decode(q, scale, s: float, big: float) -> torch.Tensor:
+    """``clamp((q scale) s, -big, big)`` in ``scale``'s dtype."""
+    scale = scale.contiguous()
+    kind = scale.numpy().dtype.type
+    out = torch.empty(q.shape, dtype=scale.dtype)
+    launch(_ternary_decode, q.contiguous().numpy(), scale.numpy(), kind(s), kind(big), out.numpy())
+    return out
+
+
+if numba is not None:
+    from streams.compiled import _mix
+
+    _pjit = numba.njit(cache=True, nogil=True, parallel=True)
+    _jit = numba.njit(cache=True, nogil=True)
+    _inline = numba.njit(inline="always", cache=True)
+
+    @_inline
+    def _gamma(v):
+        """Elias-gamma length of ``v >= 1``: ``2 floor(log2 v) + 1``."""
+        e = 0
+        if v >= 1 << 32:
+            v >>= 32
+            e += 32
+        if v >= 1 << 16:
+            v >>= 16
+            e += 16
+        if v >= 1 << 8:
+            v >>= 8
+            e += 8
+        if v >= 1 << 4:
+            v >>= 4
+            e += 4
+        if v >= 1 << 2:
+            v >>= 2
+            e += 2
+        if v >= 2:
+            e += 1
+        return 2 * e + 1
+
+    @_inline
+    def _quartic(q, i, d):
+        """The quartic byte of ``q[i : i + 5]``, entries past ``d`` taken as 0 (digit 1)."""
+        if i + 5 <= d:
+            return (
+                81 * (q[i] + 1) + 27 * (q[i + 1] + 1) + 9 * (q[i + 2] + 1) + 3 * (q[i + 3] + 1)
+            ) + (q[i + 4] + 1)
+        byte = 0
+        for j in range(i, i + 5):
+            byte = 3 * byte + (q[j] + 1 if j < d else 1)
+        return byte
+
+    @_pjit
+    def _absmax(bits, mask, part):
+        """Per task the largest of ``bits & mask`` (the float's magnitude as an integer: ordered
+        as the magnitudes, a NaN above every number); loops over slices from 0 vectorize."""
+        m, d = bits.shape
+        tasks = part.shape[1]
+        for t in numba.prange(m * tasks):
+            r, c0 = t // tasks, (t % tasks) * CHUNK
+            xr = bits[r, c0 : min(d, c0 + CHUNK)]
+            top = xr[0] & mask
+            for i in range(xr.size):
+                top = max(top, xr[i] & mask)
+            part[r, t % tasks] = top
+
+    @_pjit
+    def _threshold(x, lam, keep, values, part):
+        m, d = x.shape
+        tasks = part.shape[1]
+        zero = lam - lam
+        for t in numba.prange(m * tasks):
+            r, c0 = t // tasks, (t % tasks) * CHUNK
+            c1 = min(d, c0 + CHUNK)
+            xr, kr, vr = x[r, c0:c1], keep[r, c0:c1], values[r, c0:c1]
+            cnt = 0
+            for i in range(xr.size):
+                v = xr[i]
+                small = abs(v) < lam
+                kr[i] = not small
+                vr[i] = zero if small else v
+                cnt += not small
+            part[r, t % tasks] = cnt
+
+    @_pjit
+    def _round(x, h, keys, random, escape, levels, esc, raw, summary):
+        """Per task: escaped count, first and last column with a non-zero code, and the Elias
+        bits of its codes, the first one's gap counted from column -1 (``_join_gaps`` puts the
+        true gap in). ``2 floor(log2 v) + 1`` is read off the exponent of ``float64(v)``."""
+        m, d = x.shape
+        tasks = summary.shape[1]
+        lim = np.float64(escape - 1)
+        fesc = np.float64(escape)
+        for t in numba.prange(m * tasks):
+            r, c0 = t // tasks, (t % tasks) * CHUNK
+            code, gap = np.empty(SUB, np.float64), np.empty(SUB, np.float64)
+            code_e, gap_e = code.view(np.int64), gap.view(np.int64)
+            n_esc, first, last, bits = 0, -1, -1, 0
+            for a in range(c0, min(d, c0 + CHUNK), SUB):
+                b = min(d, c0 + CHUNK, a + SUB)
+                xr, lr, er = x[r, a:b], levels[r, a:b], esc[r, a:b]
+                before = n_esc
+                if random:
+                    z = keys[r] + np.uint64(a) * _GOLDEN
+                    for i in range(xr.size):
+                        q = np.float64(xr[i]) / h
+                        e = not abs(q) < lim
+                        q = 0.0 if e else q
+                        u = np.float64(_mix(z + np.uint64(i + 1) * _GOLDEN) >> _SHIFT53)
+                        low = np.floor(q)
+                        lev = low + (1.0 if u * 2.0**-53 < q - low else 0.0)
+                        lr[i] = np.int64(lev)
+                        er[i] = e
+                        code[i] = fesc if e else abs(lev)
+                        n_esc += e
+                else:
+                    for i in range(xr.size):
+                        q = np.float64(xr[i]) / h
+                        e = not abs(q) < lim
+                        lev = np.rint(0.0 if e else q)
+                        lr[i] = np.int64(lev)
+                        er[i] = e
+                        code[i] = fesc if e else abs(lev)
+                        n_esc += e
+                if n_esc > before:  # escaped entries are rare: their raw values
+                    wr = raw[r, a:b]
+                    for i in range(xr.size):
+                        if er[i]:
+                            wr[i] = xr[i]
+                for k in range(xr.size):
+                    nz = code[k] > 0.0
+                    gap[k] = np.float64(a + k - last) if nz else 0.0
+                    last = a + k if nz else last
+                if first < 0 and last >= 0:
+                    for k in range(xr.size):
+                        if code[k] > 0.0:
+                            first = a + k
+                            break
+                for k in range(xr.size):
+                    # gamma(gap) + 1 + gamma(code), from the exponent fields
+                    term = 2 * ((code_e[k] >> 52) + (gap_e[k] >> 52)) - 4089
+                    bits += term if code_e[k] != 0 else 0
+            s = summary[r, t % tasks]
+            s[0], s[1], s[2], s[3] = n_esc, first, last, bits
+
+    @_jit
+    def _join_gaps(summary, totals):
+        m, tasks, _ = summary.shape
+        for r in range(m):
+            n_esc, bits, prev = 0, 0, -1
+            for c in range(tasks):
+                s = summary[r, c]
+                n_esc += s[0]
+                if s[1] >= 0:
+                    bits += s[3] - _gamma(s[1] + 1) + _gamma(s[1] - prev)
+                    prev = s[2]
+            totals[r, 0], totals[r, 1] = n_esc, bits
+
+    @_pjit
+    def _round_decode(levels, esc, raw, h, big, out):
+        m, d = out.shape
+        tasks = (d + SUB - 1) // SUB
+        for t in numba.prange(m * tasks):
+            r, a = t // tasks, (t % tasks) * SUB
+            b = min(d, a + SUB)
+            lr, er, orow = levels[r, a:b], esc[r, a:b], out[r, a:b]
+            for i in range(lr.size):
+                y = np.float64(lr[i]) * h
+                # a finite product saturates: clamped before the cast to the output's dtype,
+                # as after it (rounding is monotone and big representable); inf stays
+                if abs(y) < np.inf:
+                    y = big if y > big else (-big if y < -big else y)
+                orow[i] = y
+            hit = False
+            for i in range(lr.size):
+                hit |= er[i]
+            if hit:  # escaped entries are rare: put their raw values in
+                wr = raw[r, a:b]
+                for i in range(lr.size):
+                    if er[i]:
+                        orow[i] = wr[i]
+
+    @_pjit
+    def _ternary(x, den, s, half, q, quart):
+        """``q = clamp(round(x / den / s), -1, 1)``, as ``(v > 1/2) - (v < -1/2)`` (ties at
+        ``1/2`` round to even, 0), and its quartic bytes."""
+        m, d = x.shape
+        nb = quart.shape[1]
+        tasks = (nb + BYTES - 1) // BYTES
+        for t in numba.prange(m * tasks):
+            r, b0 = t // tasks, (t % tasks) * BYTES
+            b1 = min(nb, b0 + BYTES)
+            i0, i1 = 5 * b0, min(d, 5 * b1)
+            xr, qr, dn = x[r, i0:i1], q[r, i0:i1], den[r]
+            for i in range(xr.size):
+                v = (xr[i] / dn) / s
+                qr[i] = np.int8(v > half) - np.int8(v < -half)
+            br = quart[r, b0:b1]
+            for b in range(br.size):
+                br[b] = _quartic(qr, 5 * b, xr.size)
+
+    @_pjit
+    def _zre_lengths(quart, lens):
+        m, nb = quart.shape
+        for r in numba.prange(m):
+            br = quart[r]
+            total, run = 0, 0
+            for b in range(nb):
+                if br[b] == 121:  # ZERO_BYTE: pieces of at most 14 per run
+                    if run % 14 == 0:
+                        total += 1
+                    run += 1
+                else:
+                    total += 1
+                    run = 0
+            lens[r] = total
+
+    @_pjit
+    def _ternary_decode(q, scale, s, big, out):
+        m, d = out.shape
+        tasks = (d + CHUNK - 1) // CHUNK
+        for t in numba.prange(m * tasks):
+            r, c0 = t // tasks, (t % tasks) * CHUNK
+            c1 = min(d, c0 + CHUNK)
+            qr, orow, sc = q[r, c0:c1], out[r, c0:c1], scale[r]
+            for i in range(qr.size):
+                v = (qr[i] * sc) * s  # the int8 level converted to the scale's dtype
+                orow[i] = big if v > big else (-big if v < -big else v)  # NaN stays

@@ -1,0 +1,260 @@
+"""Compiled CPU kernels of the Walsh-Hadamard transform and of FO-SGD's compressor (see
+:mod:`streams.compiled`).
+
+The transform runs in place. The first ``BLOCK_LOG`` butterfly stages of each block of
+``2^BLOCK_LOG`` entries run while the block is in cache; the remaining stages go three at a
+time (eight entries at strides ``h, 2h, 4h`` held in registers through three stages), so a
+length ``2^L`` costs ``1 + ceil((L - BLOCK_LOG) / 3)`` passes over memory instead of ``L``.
+Every butterfly is one of the stage-by-stage form (``a + b``, ``a - b`` of the same two
+values, each having been through the same earlier stages); only the order in which the
+butterflies of different entries run changes, so the result is the same, bit for bit.
+
+FO-SGD's encode fills the padded, sign-flipped row block by block (the signs drawn on the fly
+from the row's SplitMix64 stream, as ``Streams.bits64`` draws them) and runs the in-cache
+stages on it at once; the quantization pass draws the dither the same way. Decode builds
+``+-1`` from the bits, transforms, and writes ``D H q / sqrt(n)``, scaled and clamped.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from compressors import compiled_dense
+from streams.compiled import _GOLDEN, launch, numba
+
+__all__ = ["ENABLED", "fwht_", "fosgd_decode", "fosgd_encode", "serves"]
+
+ENABLED = numba is not None
+BLOCK_LOG = 11  # stages done per block while it is in cache (2^11 entries)
+CHUNK = 1 << 15  # entries per task of the elementwise passes
+SPAN = 1 << 10  # entries per task of a three-stage pass
+_UNIFORM = {torch.float32: (40, 2.0**-24), torch.float64: (11, 2.0**-53)}
+
+
+def serves(t: torch.Tensor) -> bool:
+    """Whether the kernels serve ``t`` (a CPU tensor of float32 or float64 with at least
+    :data:`compressors.compiled_dense.FAST_FROM` entries; smaller ones take the torch form,
+    which gives the same numbers)."""
+    return (
+        ENABLED
+        and t.device.type == "cpu"
+        and t.dtype in _UNIFORM
+        and t.numel() >= max(1, compiled_dense.FAST_FROM)
+    )
+
+
+def _log2(n: int) -> int:
+    return (n - 1).bit_length()
+
+
+def fwht_(buf: torch.Tensor) -> torch.Tensor:
+    """``buf`` (contiguous ``(m, n)``, ``n`` a power of two) replaced by its unnormalized
+    Walsh-Hadamard transform, row by row."""
+    if buf.numel():
+        bl = min(BLOCK_LOG, _log2(buf.shape[1]))
+        launch(_fwht_blocks, buf.numpy(), bl)
+        launch(_outer, buf.numpy(), bl)
+    return buf
+
+
+def fosgd_encode(x, den, sign_keys, dither_keys, n: int, root: float):
+    """FO-SGD's payload from rows ``x`` (``(m, d)``, float32 or float64) and their divisors
+    ``den`` (``(m,)``): ``signs`` (``(m, n)``, ``+-1``), ``lam = ||H D (x / den) / root||_inf``
+    (``(m,)``) and ``bits = u < (1 + y / lam) / 2`` with ``y = H D (x / den) / root``."""
+    x = x.detach().contiguous()
+    kind = x.numpy().dtype.type
+    m = x.shape[0]
+    signs = torch.empty(m, n, dtype=x.dtype)
+    buf = torch.empty(m, n, dtype=x.dtype)
+    bl = min(BLOCK_LOG, _log2(n))
+    ks = sign_keys.contiguous().numpy().view(np.uint64)
+    args = (x.numpy(), den.contiguous().numpy(), ks, kind(1.0))
+    launch(_fill, *args, signs.numpy(), buf.numpy(), bl)
+    launch(_outer, buf.numpy(), bl)
+    lam = compiled_dense.absmax(buf) / root  # max_j |y_j| / root: division is monotone
+    den2 = torch.where(lam > 0, lam, 1.0)
+    bits = torch.empty(m, n, dtype=torch.bool)
+    shift, scale = _UNIFORM[x.dtype]
+    kd = dither_keys.contiguous().numpy().view(np.uint64)
+    args = (buf.numpy(), kind(root), den2.numpy(), kd, kind(0.5), kind(1.0), np.uint64(shift))
+    launch(_quantize, *args, scale, bits.numpy())
+    return signs, lam, bits
+
+
+def fosgd_decode(bits, signs, scale, d: int, root: float, big: float) -> torch.Tensor:
+    """``clamp(scale (D H (2 bits - 1) / root)[:d], -big, big)``, in the dtype of ``signs``."""
+    signs = signs.contiguous()
+    kind = signs.numpy().dtype.type
+    m, n = signs.shape
+    buf = torch.empty(m, n, dtype=signs.dtype)
+    bl = min(BLOCK_LOG, _log2(n))
+    launch(_unpack, bits.contiguous().numpy(), kind(1.0), buf.numpy(), bl)
+    launch(_outer, buf.numpy(), bl)
+    out = torch.empty(m, d, dtype=signs.dtype)
+    args = (buf.numpy(), signs.numpy(), kind(root), scale.contiguous().numpy(), kind(big))
+    launch(_finish, *args, out.numpy())
+    return out
+
+
+if numba is not None:
+    from streams.compiled import _mix
+
+    _pjit = numba.njit(cache=True, nogil=True, parallel=True)
+    _inline = numba.njit(inline="always", cache=True)
+
+    @_inline
+    def _stages(b, o, h, k, cnt):
+        """Stages ``h, 2h, ..`` (``k`` of them, at most 3) on the ``2^k`` entries at stride ``h``
+        from each of ``o, .., o + cnt - 1``. Long runs go through slices indexed from 0, which
+        vectorize; short ones (the first stages of a block) index the row."""
+        if cnt >= 8:
+            _stages_wide(b, o, h, k, cnt)
+            return
+        h2, h3 = 2 * h, 3 * h
+        for j in range(o, o + cnt):
+            if k == 3:
+                h4, h5, h6, h7 = 4 * h, 5 * h, 6 * h, 7 * h
+                v0, v1, v2, v3 = b[j], b[j + h], b[j + h2], b[j + h3]
+                v4, v5, v6, v7 = b[j + h4], b[j + h5], b[j + h6], b[j + h7]
+                v0, v1, v2, v3 = v0 + v1, v0 - v1, v2 + v3, v2 - v3
+                v4, v5, v6, v7 = v4 + v5, v4 - v5, v6 + v7, v6 - v7
+                v0, v2, v1, v3 = v0 + v2, v0 - v2, v1 + v3, v1 - v3
+                v4, v6, v5, v7 = v4 + v6, v4 - v6, v5 + v7, v5 - v7
+                b[j], b[j + h4] = v0 + v4, v0 - v4
+                b[j + h], b[j + h5] = v1 + v5, v1 - v5
+                b[j + h2], b[j + h6] = v2 + v6, v2 - v6
+                b[j + h3], b[j + h7] = v3 + v7, v3 - v7
+            elif k == 2:
+                v0, v1, v2, v3 = b[j], b[j + h], b[j + h2], b[j + h3]
+                v0, v1, v2, v3 = v0 + v1, v0 - v1, v2 + v3, v2 - v3
+                b[j], b[j + h2] = v0 + v2, v0 - v2
+                b[j + h], b[j + h3] = v1 + v3, v1 - v3
+            else:
+                v0, v1 = b[j], b[j + h]
+                b[j], b[j + h] = v0 + v1, v0 - v1
+
+    @_inline
+    def _stages_wide(b, o, h, k, cnt):
+        s0, s1 = b[o : o + cnt], b[o + h : o + h + cnt]
+        if k == 1:
+            for j in range(cnt):
+                v0, v1 = s0[j], s1[j]
+                s0[j], s1[j] = v0 + v1, v0 - v1
+            return
+        s2, s3 = b[o + 2 * h : o + 2 * h + cnt], b[o + 3 * h : o + 3 * h + cnt]
+        if k == 2:
+            for j in range(cnt):
+                v0, v1, v2, v3 = s0[j], s1[j], s2[j], s3[j]
+                v0, v1, v2, v3 = v0 + v1, v0 - v1, v2 + v3, v2 - v3
+                s0[j], s2[j] = v0 + v2, v0 - v2
+                s1[j], s3[j] = v1 + v3, v1 - v3
+            return
+        s4, s5 = b[o + 4 * h : o + 4 * h + cnt], b[o + 5 * h : o + 5 * h + cnt]
+        s6, s7 = b[o + 6 * h : o + 6 * h + cnt], b[o + 7 * h : o + 7 * h + cnt]
+        for j in range(cnt):
+            v0, v1, v2, v3 = s0[j], s1[j], s2[j], s3[j]
+            v4, v5, v6, v7 = s4[j], s5[j], s6[j], s7[j]
+            v0, v1, v2, v3 = v0 + v1, v0 - v1, v2 + v3, v2 - v3
+            v4, v5, v6, v7 = v4 + v5, v4 - v5, v6 + v7, v6 - v7
+            v0, v2, v1, v3 = v0 + v2, v0 - v2, v1 + v3, v1 - v3
+            v4, v6, v5, v7 = v4 + v6, v4 - v6, v5 + v7, v5 - v7
+            s0[j], s4[j] = v0 + v4, v0 - v4
+            s1[j], s5[j] = v1 + v5, v1 - v5
+            s2[j], s6[j] = v2 + v6, v2 - v6
+            s3[j], s7[j] = v3 + v7, v3 - v7
+
+    @_inline
+    def _block(b, o, bl):
+        """The first ``bl`` stages on the block ``b[o : o + 2^bl]``."""
+        lev = 0
+        while lev < bl:
+            k = min(3, bl - lev)
+            h = 1 << lev
+            span = h << k
+            for s in range(o, o + (1 << bl), span):
+                _stages(b, s, h, k, h)
+            lev += k
+
+    @_pjit
+    def _outer(buf, bl):
+        """The stages from ``h = 2^bl`` on, of each row of ``buf``, three at a time."""
+        m, n = buf.shape
+        lev = bl
+        while (1 << lev) < n:
+            h = 1 << lev
+            k = 1
+            while k < 3 and (h << k) < n:
+                k += 1
+            span = h << k
+            cnt = min(h, SPAN)
+            per = h // cnt
+            tasks = (n // span) * per
+            for t in numba.prange(m * tasks):
+                r, u = t // tasks, t % tasks
+                _stages(buf[r], (u // per) * span + (u % per) * cnt, h, k, cnt)
+            lev += k
+
+    @_pjit
+    def _fwht_blocks(buf, bl):
+        m, n = buf.shape
+        tasks = n >> bl
+        for t in numba.prange(m * tasks):
+            _block(buf[t // tasks], (t % tasks) << bl, bl)
+
+    @_pjit
+    def _fill(x, den, keys, one, signs, buf, bl):
+        """``signs = 1 - 2 (bits64 & 1)``, ``buf = (x / den, then zeros) * signs``, then the
+        first ``bl`` stages, block by block."""
+        m, d = x.shape
+        n = buf.shape[1]
+        tasks = n >> bl
+        zero = one - one
+        for t in numba.prange(m * tasks):
+            r, o = t // tasks, (t % tasks) << bl
+            sr, br = signs[r, o : o + (1 << bl)], buf[r, o : o + (1 << bl)]
+            z = keys[r] + np.uint64(o) * _GOLDEN
+            for i in range(sr.size):
+                sr[i] = -one if _mix(z + np.uint64(i + 1) * _GOLDEN) & np.uint64(1) else one
+            xr, dn = x[r, min(d, o) : min(d, o + (1 << bl))], den[r]
+            for i in range(xr.size):
+                br[i] = (xr[i] / dn) * sr[i]
+            for i in range(xr.size, br.size):
+                br[i] = zero * sr[i]
+            _block(buf[r], o, bl)
+
+    @_pjit
+    def _quantize(buf, root, den, keys, half, one, shift, scale, bits):
+        m, n = buf.shape
+        tasks = (n + CHUNK - 1) // CHUNK
+        for t in numba.prange(m * tasks):
+            r, c0 = t // tasks, (t % tasks) * CHUNK
+            c1 = min(n, c0 + CHUNK)
+            br, out, dn = buf[r, c0:c1], bits[r, c0:c1], den[r]
+            z = keys[r] + np.uint64(c0) * _GOLDEN
+            for i in range(br.size):
+                u = np.float64(_mix(z + np.uint64(i + 1) * _GOLDEN) >> shift) * scale
+                out[i] = u < half * (one + (br[i] / root) / dn)
+
+    @_pjit
+    def _unpack(bits, one, buf, bl):
+        m, n = buf.shape
+        tasks = n >> bl
+        for t in numba.prange(m * tasks):
+            r, o = t // tasks, (t % tasks) << bl
+            br, bt = buf[r, o : o + (1 << bl)], bits[r, o : o + (1 << bl)]
+            for i in range(br.size):
+                br[i] = one if bt[i] else -one
+            _block(buf[r], o, bl)
+
+    @_pjit
+    def _finish(buf, signs, root, scale, big, out):
+        m, d = out.shape
+        tasks = (d + CHUNK - 1) // CHUNK
+        for t in numba.prange(m * tasks):
+            r, c0 = t // tasks, (t % tasks) * CHUNK
+            c1 = min(d, c0 + CHUNK)
+            br, sr, orow, sc = buf[r, c0:c1], signs[r, c0:c1], out[r, c0:c1], scale[r]
+            for i in range(br.size):
+                v = (sr[i] * (br[i] / root)) * sc
+                orow[i] = big if v > big else (-big if v < -big else v)  # NaN stays
