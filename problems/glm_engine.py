@@ -11,7 +11,8 @@ data at set-up and keeps the fastest; ``storage=NAME`` (and ``threads=N``) force
 is memoised per machine and input (:mod:`problems.cache`, kind ``engine``), like the parsed data:
 every run of a sweep on the same machine and data uses the same engine, so their numbers agree to
 the last bit, and under torch.distributed rank 0's choice is every rank's (the runner passes it
-on).
+on). Only a measurement taken on a quiet machine is memoised (:func:`choose`): while other work
+loads the cores, each run measures for itself.
 
 The engines compute the same maths; the rounding may differ (summation order), so a forced
 ``storage`` is what reproduces a run bit for bit on another machine: ``config.json`` records the
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import os
 import platform
 import statistics
@@ -32,6 +34,8 @@ import numpy as np
 import torch
 
 from problems import cache
+
+log = logging.getLogger(__name__)
 
 __all__ = ["ENGINES", "STORAGES", "choose", "describe", "machine", "parse", "threads_used"]
 
@@ -52,7 +56,9 @@ DENSE_ANY_SIZE_ABOVE = 0.25
 BUDGET_S, MIN_CALLS, ROUNDS = 0.02, 3, 3
 #: A candidate whose first call takes this many times the best so far is dropped unmeasured.
 DROP_ABOVE = 4.0
-_VERSION = b"compzoo-engine-v1"
+_VERSION = b"compzoo-engine-v2"
+#: A measurement is memoised only below this 1-minute load average per core (see :func:`choose`).
+QUIET_LOAD = 0.5
 
 
 @functools.cache
@@ -160,22 +166,40 @@ def measure(
     return {o: statistics.median(v) for o, v in times.items() if v}
 
 
+def load_per_core() -> float:
+    """The 1-minute load average per core (0 where the platform has none)."""
+    try:
+        return os.getloadavg()[0] / max(1, os.cpu_count() or 1)
+    except (AttributeError, OSError):
+        return 0.0
+
+
 def choose(
     key_parts: tuple, options: list[tuple[str, int]],
     apply: Callable[[str, int], Callable[[], object]],
 ) -> tuple[str, int]:  # fmt: skip
     """The fastest of ``options`` on this machine and input: memoised (kind ``engine``,
-    keyed by :func:`machine` and ``key_parts``), else measured."""
+    keyed by :func:`machine` and ``key_parts``), else measured. A measurement is memoised only
+    when the machine was quiet (load per core below ``QUIET_LOAD`` before and after it): one
+    taken while other work shares the cores ranks the engines by that moment's contention (a
+    two-thread engine can lose tenfold), so it serves this run and is taken again by the next
+    until a quiet one can be kept."""
     if len(options) == 1:
         return options[0]
     k = cache.key(machine(), *key_parts, repr(options), version=_VERSION)
-
-    def compute() -> dict[str, np.ndarray]:
+    fields = {"choice": "i", "seconds": "f"}
+    got = cache.load("engine", k, fields)
+    if got is None:
+        quiet = load_per_core() < QUIET_LOAD
         times = measure(options, apply)
         ranked = sorted(times, key=times.get)
-        i = options.index(ranked[0])
-        return {"choice": np.array(i), "seconds": np.array([times.get(o, np.inf) for o in options])}
-
-    got = cache.memo("engine", k, {"choice": "i", "seconds": "f"}, compute)
+        got = {
+            "choice": np.array(options.index(ranked[0])),
+            "seconds": np.array([times.get(o, np.inf) for o in options]),
+        }
+        if quiet and load_per_core() < QUIET_LOAD:
+            cache.store("engine", k, got)
+        else:
+            log.info("engine measured on a loaded machine: used for this run, not memoised")
     i = int(got["choice"])
     return options[i] if 0 <= i < len(options) else options[0]

@@ -29,6 +29,7 @@ def _refuse(*_a, **_k):
 def test_auto_measures_once_then_reads_the_memo(monkeypatch):
     seen = []
     real = glm_engine.measure
+    monkeypatch.setattr(glm_engine, "load_per_core", lambda: 0.1)  # a quiet machine
 
     def spy(options, apply):
         seen.append(list(options))
@@ -47,6 +48,26 @@ def test_auto_measures_once_then_reads_the_memo(monkeypatch):
     monkeypatch.setattr(glm_engine, "machine", lambda: "another CPU|64|x86_64|Linux")
     with pytest.raises(AssertionError, match="measured although"):
         make_problem("logreg", **BIG)
+
+
+def test_a_loaded_machine_measures_but_memoises_nothing(monkeypatch):
+    calls = []
+    fake = {("csr", 1): 3e-3, ("csr-scipy", 1): 1e-3}
+
+    def measure(options, apply):
+        calls.append(1)
+        return fake
+
+    monkeypatch.setattr(glm_engine, "measure", measure)
+    monkeypatch.setattr(glm_engine, "load_per_core", lambda: 0.9)
+    options = list(fake)
+    assert glm_engine.choose(("loaded-input",), options, None) == ("csr-scipy", 1)
+    assert glm_engine.choose(("loaded-input",), options, None) == ("csr-scipy", 1)
+    assert len(calls) == 2  # measured each time, kept by none
+    monkeypatch.setattr(glm_engine, "load_per_core", lambda: 0.1)
+    glm_engine.choose(("loaded-input",), options, None)
+    glm_engine.choose(("loaded-input",), options, None)
+    assert len(calls) == 3  # quiet: measured once more, then read from the memo
 
 
 def test_choose_keeps_the_fastest(monkeypatch):
