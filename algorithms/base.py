@@ -364,6 +364,10 @@ class Algorithm:
         solves_vi: the method solves variational inequalities (``problem.grad`` an operator
             ``F_i``, no objective): only such methods run on a ``variational`` problem
             (:func:`problems.capabilities.check_kind`, exit 2 otherwise).
+        batchable: runs of the method that differ only in their step can advance together in
+            one process (:mod:`algorithms.batching`): its ``_step`` uses ``gamma`` only in
+            tensor products, and its state's fields are the iterate, node rows (``*_i``) and
+            server vectors; the contract test checks a batch against the same runs alone.
     """
 
     compressor: Compressor
@@ -379,11 +383,15 @@ class Algorithm:
     provenance: ClassVar[Provenance | None] = None
     example_compressor: ClassVar[str | None] = None
     solves_vi: ClassVar[bool] = False
+    batchable: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.compressor, Compressor):
             raise ValueError(f"compressor must be a Compressor, got {self.compressor!r}")
-        if not self.gamma > 0:
+        if isinstance(self.gamma, torch.Tensor):  # a batch's per-run steps (algorithms.batching)
+            if not bool((self.gamma.as_subclass(torch.Tensor) > 0).all()):
+                raise ValueError(f"gamma must be > 0, got {self.gamma.tolist()}")
+        elif not self.gamma > 0:
             raise ValueError(f"gamma must be > 0, got {self.gamma}")
         for name, opt in type(self).options.items():
             value = getattr(self, name)

@@ -19,7 +19,9 @@ several GiB of memory (the d = 10^4, m_i = 500 case, and the memory part at (n, 
 (1000, 10^5), where one method's process peaks near 4 GiB).
 --only paper times 500 steps per method, set and dtype (float64, float32), three times (with
 --quick: 25 steps, float64 only); --only scale runs 10^4 and 10^5 nodes on 1, 2 and 4
-processes (with --quick: 10^5 nodes on 1 and 2).
+processes (with --quick: 10^5 nodes on 1 and 2); --only grid runs the EF21 paper's 96-run grid
+twice, one run per process and batched (``benchmarks.grid``; 4-5 minutes on 2 cores; with
+--quick: two sets at 300 iterations).
 
 Progress goes to stderr, one line per case ("[3/12] iterations (part 1/6): CASE"), and one
 line per part names the methods skipped because they have no theory step on its problem;
@@ -42,6 +44,7 @@ from benchmarks import (
     bandwidth,
     compressors_bench,
     deep,
+    grid,
     interrupt,
     memory,
     paper,
@@ -51,7 +54,7 @@ from benchmarks import (
 from benchmarks.progress import Tracker
 from benchmarks.results import Results
 
-PARTS = ("iterations", "compressors", "memory", "deep", "paper", "scale")
+PARTS = ("iterations", "compressors", "memory", "deep", "paper", "scale", "grid")
 log = logging.getLogger("benchmarks")
 
 
@@ -103,6 +106,8 @@ def _run_part(part: str, args: argparse.Namespace, track: Tracker) -> list[dict]
         return deep.run(quick, dev, track=track)
     if part == "paper":
         return paper.run(quick, dev, track=track)
+    if part == "grid":
+        return grid.run(quick, track=track)
     return scale.run(quick, track=track)
 
 

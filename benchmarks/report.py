@@ -432,4 +432,14 @@ def markdown(res: dict) -> str:
             "run.\n"
         )
         parts.append(scale_markdown(res["scale"]))
+    if res.get("grid"):
+        from benchmarks.grid import markdown as grid_markdown
+
+        parts.append("\n## A paper's grid: one run per process against batched runs\n")
+        parts.append(
+            "The EF21 paper's grid (benchmarks/ef21_grid.toml) through experiments.sweep, "
+            "--batch off and --batch auto on the same machine, one after the other; then the "
+            "step alone against a batch's step per run.\n"
+        )
+        parts.append(grid_markdown(res["grid"]))
     return "\n".join(parts) + "\n"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks import report, scale
+from benchmarks import grid, report, scale
 
 __all__ = ["Results", "write_atomic"]
 
@@ -64,6 +64,7 @@ class Results:
             "deep": report.derive_deep(raw.get("deep", [])),
             "paper": report.derive_paper(raw.get("paper", []), bw),
             "scale": scale.derive(raw.get("scale", [])),
+            "grid": grid.derive(raw.get("grid", [])),
         }
 
     def state(self, interrupted: str | None = None) -> str:

@@ -33,6 +33,12 @@ after their step with a checkpoint, the tables are written, and the sweep exits 
 143 (SIGTERM); rerunning the same command continues the stopped runs. A signal while the sweep
 starts (its imports, the config's checks) exits the same way with nothing run.
 
+Batches (``--batch auto``, the default with the ``pool`` executor and no pruning): the runs of
+a batchable method that differ only in ``step_mult`` advance together in one process
+(:mod:`runner.batch`): the data is read once and each step serves all of them, and each run
+still writes its own folder, equal to the run alone up to rounding. ``--batch off`` runs every
+run alone. A run stopped earlier resumes alone.
+
 Progress: a bar on stderr counts the finished runs and names the runs in flight with their
 last logged iteration (``EF21 m4 s0: 6000/20000``); where stderr is not a terminal (a log file,
 a batch job), the same as one line every ``COMPZOO_PROGRESS_S`` seconds (default 30).
@@ -107,6 +113,7 @@ from experiments.sweep_tables import (  # noqa: F401
 from streams import interrupts
 
 EXECUTORS = ("pool", "local", "slurm")
+BATCH_MODES = ("auto", "off")  # --batch: runs that differ only in --step-mult share a process
 EXIT_WRITE_FAILED = 5  # the sweep folder (or a run's files) could not be written: a full disk
 INTERRUPTED_MESSAGE = (
     "interrupted: finished runs are kept and runs stopped mid-way kept their checkpoints; "
@@ -127,6 +134,7 @@ def run_sweep(
     executor: str = "pool",
     cluster: dict | None = None,
     prune: str | None = None,
+    batch: str = "auto",
 ) -> Path:
     """Run every unfinished run of ``config`` into ``out`` and write the tables.
 
@@ -141,6 +149,9 @@ def run_sweep(
             ``gpus_per_run``, ``tasks_per_run``, ``array_parallelism``, ``signal_delay_s``.
         prune: ``"mean"`` or ``"median"``: cut each run at its group's best bits to ``tol`` so
             far, seeds pooled that way (see the module doc); None (default): no pruning.
+        batch: ``auto`` (default): the runs of a batchable method that differ only in their
+            step multiplier advance together in one process (:mod:`runner.batch`; not with
+            ``prune``); ``off``: every run alone.
 
     Returns:
         ``out`` as a ``Path``.
@@ -156,6 +167,8 @@ def run_sweep(
         raise ValueError(f"jobs must be an integer >= 1, got {jobs!r}")
     if executor not in EXECUTORS:
         raise ValueError(f"executor must be one of {', '.join(EXECUTORS)}, got {executor!r}")
+    if batch not in BATCH_MODES:
+        raise ValueError(f"batch must be one of {', '.join(BATCH_MODES)}, got {batch!r}")
     if prune is not None:
         if prune not in PRUNE_POOLS:
             raise ValueError(f"prune must be one of {', '.join(PRUNE_POOLS)}, got {prune!r}")
@@ -181,7 +194,7 @@ def run_sweep(
         ) from None
     with _lock(out):
         if executor == "pool":
-            signum = _run_all(cfg, out, jobs, progress, prune)
+            signum = _run_all(cfg, out, jobs, progress, prune, batch)
         else:
             signum = 0
             _run_jobs(cfg, out, executor, cluster or {}, progress)
@@ -316,6 +329,13 @@ def main(argv: list[str] | None = None) -> int:
         help="cut each run at its group's best bits to tol so far (select.rule bits_to_tol; "
         "the chosen multipliers and values are unchanged, losing runs are shorter)",
     )
+    ap.add_argument(
+        "--batch",
+        default="auto",
+        choices=BATCH_MODES,
+        help="auto: runs that differ only in --step-mult advance together in one "
+        "process (batchable methods, pool executor, no --prune); off: one by one",
+    )
     ap.add_argument("--executor", default="pool", choices=EXECUTORS,
                     help="pool: processes here (default); local: submitit's local executor; "
                     "slurm: a SLURM job array through submitit")  # fmt: skip
@@ -359,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
             cfg = load_config(args.config)
             out = run_sweep(
                 cfg, args.out or Path("runs") / "sweeps" / cfg.name, args.jobs, not args.quiet,
-                args.executor, cluster_opts, "mean" if args.prune else None,
+                args.executor, cluster_opts, "mean" if args.prune else None, args.batch,
             )  # fmt: skip
     except interrupts.Stopped as e:
         print(f"{INTERRUPTED_MESSAGE} ({e})", file=sys.stderr)

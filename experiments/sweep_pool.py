@@ -5,6 +5,7 @@ progress shown as a bar or as periodic lines (:mod:`experiments.sweep` describes
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -32,11 +33,13 @@ STDERR_TAIL = 4000  # characters of a failed run's stderr kept in its stderr.txt
 # Where no progress bar is drawn (stderr not a terminal), a progress line every this many seconds.
 PROGRESS_ENV, PROGRESS_S = "COMPZOO_PROGRESS_S", 30.0
 INTERRUPTED_EXIT = (130, 143)  # the runner's exit status after SIGINT / SIGTERM
+BAD_INPUT = 2  # the runner's exit status for input it refuses
 
 
 def _run_all(
-    cfg: SweepConfig, out: Path, jobs: int, progress: bool, prune: str | None = None
-) -> int:
+    cfg: SweepConfig, out: Path, jobs: int, progress: bool, prune: str | None = None,
+    batch: str = "auto",
+) -> int:  # fmt: skip
     """Every unfinished run, ``jobs`` at once; the signal that stopped the sweep, or 0.
 
     SIGINT or SIGTERM (to the sweep alone or to its process group) stops the sweep: no queued
@@ -64,18 +67,23 @@ def _run_all(
     with _Stopper(servers) as stopper:
         try:
             with ThreadPoolExecutor(max_workers=jobs) as pool:
+                units = _batches(todo, out, jobs) if batch == "auto" and budget is None else []
+                batched = {s.run_id for unit in units for s in unit}
                 futures = {
                     pool.submit(_execute, s, out / "runs" / s.run_id, env, servers, budget)
                     for s in todo
-                }
+                    if s.run_id not in batched
+                } | {pool.submit(_execute_batch, unit, out, env, servers) for unit in units}
                 while futures:
                     finished, futures = wait(futures, timeout=1.0, return_when=FIRST_COMPLETED)
                     for fut in finished:
-                        if fut.result() == "failed":
-                            failed += 1
-                            bar.set_postfix(failed=failed)
-                        done += 1
-                        bar.update(1)
+                        result = fut.result()
+                        for status in result if isinstance(result, list) else [result]:
+                            if status == "failed":
+                                failed += 1
+                                bar.set_postfix(failed=failed)
+                            done += 1
+                            bar.update(1)
                     flight = servers.in_flight()
                     if not bar.disable:
                         bar.set_postfix_str(_flight_text(flight, failed), refresh=True)
@@ -216,6 +224,103 @@ def _execute_one(
     last = tail.strip().splitlines()[-1] if tail.strip() else "(no stderr)"
     log.warning("run %s failed (exit status %d): %s", spec.run_id, code, last)
     return "failed"
+
+
+def _batch_group(spec: RunSpec) -> str | None:
+    """The runs a run may share a batch with (:mod:`runner.batch`): those whose arguments are
+    its own but for ``--step-mult``; None when its method is not batchable."""
+    from algorithms.registry import ALGORITHMS
+
+    cls = ALGORITHMS.get(spec.params.get("algorithm"))
+    if cls is None or not getattr(cls, "batchable", False):
+        return None
+    argv, key, skip = spec.argv, [], False
+    for i, tok in enumerate(argv):
+        if skip:
+            skip = False
+            continue
+        if tok == "--step-mult" and i + 1 < len(argv):
+            skip = True
+            continue
+        if tok.startswith("--step-mult="):
+            continue
+        key.append(tok)
+    return "\0".join(key)
+
+
+def _batches(todo: list[RunSpec], out: Path, jobs: int) -> list[list[RunSpec]]:
+    """The fresh runs of ``todo`` that go in batches (``--batch auto``): the runs of a
+    batchable method that differ only in their step multiplier, two or more to a batch. A
+    batch is split while there are fewer batches than ``jobs``, so every job has work. A run
+    stopped earlier resumes on its own."""
+    groups: dict[str, list[RunSpec]] = {}
+    for spec in todo:
+        if _interrupted(out / "runs" / spec.run_id):
+            continue
+        key = _batch_group(spec)
+        if key is not None:
+            groups.setdefault(key, []).append(spec)
+    units = [g for g in groups.values() if len(g) > 1]
+    while units and len(units) < jobs:
+        units.sort(key=len)
+        big = units.pop()
+        if len(big) < 4:
+            units.append(big)
+            break
+        half = len(big) // 2
+        units += [big[:half], big[half:]]
+    return units
+
+
+def _execute_batch(
+    specs: list[RunSpec], out: Path, env: dict[str, str], servers: _Servers | None
+) -> list[str]:
+    """A batch of runs in one process (``algorithms.run --batch FILE``): each run's status,
+    read from its folder as :func:`_execute` reads a single run's."""
+    if servers is not None and servers.stopping.is_set():
+        return ["missing"] * len(specs)
+    dirs = [out / "runs" / s.run_id for s in specs]
+    try:
+        for d in dirs:
+            if d.exists():
+                shutil.rmtree(d)  # the sweep's own unfinished run: start it afresh
+            d.parent.mkdir(parents=True, exist_ok=True)
+        (out / "batches").mkdir(exist_ok=True)
+        listing = out / "batches" / f"{specs[0].run_id}.json"
+        runs = [[*s.argv, "--quiet", "--out", str(d), "--overwrite"]
+                for s, d in zip(specs, dirs, strict=True)]  # fmt: skip
+        listing.write_text(json.dumps({"runs": runs}, indent=1) + "\n")
+    except OSError as e:
+        log.warning("batch %s: cannot write: %s", specs[0].run_id, e.strerror or e)
+        return ["failed"] * len(specs)
+    watch = (f"{_short_name(specs[0])} +{len(specs) - 1}", dirs[0],
+             int(specs[0].params.get("iters", 1000)))  # fmt: skip
+    code, stderr = _launch(["--batch", str(listing)], env, servers, watch=watch)
+    if code is None:
+        return ["missing"] * len(specs)
+    if code == BAD_INPUT and not any(_summary(d) is not None for d in dirs):
+        # refused as a batch (an option the batch cannot share): each run alone instead
+        log.info("batch %s refused (%s); its runs go one by one", specs[0].run_id,
+                 stderr.strip().splitlines()[-1] if stderr.strip() else "exit 2")  # fmt: skip
+        return [_execute(s, d, env, servers) for s, d in zip(specs, dirs, strict=True)]
+    statuses = []
+    for spec, d in zip(specs, dirs, strict=True):
+        summary = _summary(d)
+        if summary is not None and summary.get("reason") != "interrupted":
+            statuses.append(str(summary.get("reason", "completed")))
+        elif code in INTERRUPTED_EXIT and _interrupted(d):
+            statuses.append("interrupted")
+        elif _stopped_before_start(code, servers):
+            shutil.rmtree(d, ignore_errors=True)
+            statuses.append("missing")
+        else:
+            d.mkdir(parents=True, exist_ok=True)
+            tail = stderr[-STDERR_TAIL:]
+            (d / "stderr.txt").write_text(f"exit status {code} (batch of {len(specs)})\n{tail}")
+            last = tail.strip().splitlines()[-1] if tail.strip() else "(no stderr)"
+            log.warning("run %s failed (exit status %s): %s", spec.run_id, code, last)
+            statuses.append("failed")
+    return statuses
 
 
 def _short_name(spec: RunSpec) -> str:

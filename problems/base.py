@@ -287,6 +287,23 @@ class Problem:
             self._check_batch(batch)
         return self._grad_diff(X, Y, batch)
 
+    #: :meth:`grad_points` takes ``with_loss`` (each node's ``f_i`` at each point as well)
+    points_with_loss: ClassVar[bool] = False
+
+    def grad_points(self, P: torch.Tensor) -> torch.Tensor:
+        """``(R, m, d)``: entry ``[r, j]`` is ``grad f_{nodes[j]}(P[r])``, every held node at each
+        of ``R`` points ``P`` ``(R, d)`` (``R`` runs that advance together). This default calls
+        :meth:`grad` at each point; a problem that can do better in one pass over its data (the
+        GLMs: a product with ``R`` right-hand sides) overrides it."""
+        return torch.stack([self.grad(p) for p in P])
+
+    def loss_grad_points(self, P: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``f`` ``(R,)`` and ``grad f`` ``(R, d)`` at each of ``R`` points ``(R, d)`` (what the
+        runner logs for a batch of runs); by default :meth:`loss` and :meth:`full_grad` at
+        each point."""
+        f = torch.stack([self.loss(p) for p in P])
+        return f, torch.stack([self.full_grad(p) for p in P])
+
     def _check_batch(self, batch) -> None:
         if not isinstance(batch, Batch):
             raise ValueError(f"batch must be a Batch from sample(), got {type(batch).__name__}")

@@ -224,6 +224,7 @@ class GLM(Problem):
         if engine.endswith("-scipy") and not self._scipy_ok:
             engine = "csr-torch"  # SciPy works on CPU float32/float64 arrays only
         self.dense = engine in ("dense", "dense-torch")
+        self._points = self._points_k = None
         self._kernels = engine in ("dense", "csr")
         self._scipy = {"csr-scipy": "csr", "csc-scipy": "csc"}.get(engine)
         if self.dense and self._Ad is None:
@@ -343,6 +344,8 @@ class GLM(Problem):
         self._local = torch.from_numpy(local).to(dev)
         self._inv_m = (1.0 / torch.from_numpy(counts).to(dev, dt))[self._local]
         self._B = self._Bt = self._Xh = self._X3 = self._XhT = self._S = None
+        self._points = None  # the products with many right-hand sides (grad_points), built once
+        self._points_k = None  # the compiled kernels' data for grad_points on a library engine
         self._krows = torch.from_numpy(rows.astype(np.int64))
         self._ptr = torch.from_numpy(np.concatenate([[0], np.cumsum(counts)]).astype(np.int64))
         if self._kernels:  # the kernels read the held rows in place: no copy of the data
@@ -489,6 +492,146 @@ class GLM(Problem):
         G = torch.zeros(self.m * self.d, dtype=self.dtype, device=self.device)
         G.index_add_(0, flat, vals * u[row])
         return G.reshape(self.m, self.d).add_(self._reg_grad_rows(X))
+
+    # ------------------------------------------------------------------ many points at once
+    def _points_data(self) -> dict[str, Any]:
+        """What :meth:`grad_points` and :meth:`loss_grad_points` multiply by, built once in the
+        problem's dtype: SciPy's CSR of the held rows and the block-diagonal transpose (node
+        ``j``'s rows in column block ``j``), and of all rows and their transpose; on dense
+        data with equal ``m_i``, the held rows as an ``(m, c, d)`` tensor instead, so that
+        each product is one batched GEMM."""
+        if self._points is not None:
+            return self._points
+        nodes = self.nodes.cpu().numpy()
+        starts, counts = self._offsets64[nodes], np.diff(self._offsets64)[nodes]
+        rows = np.concatenate([np.arange(s, s + c) for s, c in zip(starts, counts, strict=True)])
+        npdt = np.float32 if self.dtype == torch.float32 else np.float64
+        out: dict[str, Any] = {"X3": None, "A": None, "Bt": None}
+        if self.dense and (counts == counts[0]).all() and self._Ad is not None:
+            held = self._Ad[torch.from_numpy(rows).to(self.device)]
+            out["X3"] = held.view(nodes.size, int(counts[0]), self.d)
+        else:
+            sub = self._A64[rows]
+            local = np.repeat(np.arange(nodes.size), counts)
+            nz_local = np.repeat(local, np.diff(sub.indptr))
+            cols = sub.indices.astype(np.int64) + self.d * nz_local
+            B = sp.csr_matrix((sub.data, cols, sub.indptr), shape=(rows.size, nodes.size * self.d))
+            out["A"] = sub.astype(npdt)
+            out["Bt"] = B.T.tocsr().astype(npdt)
+        if not self.dense:
+            out["full"] = self._A64.astype(npdt)
+            out["fullT"] = self._A64.T.tocsr().astype(npdt)
+        self._points = out
+        return out
+
+    #: how :meth:`grad_points` computes: ``compiled`` (one pass of a compiled kernel over each
+    #: node's rows for all points, where the kernels serve this loss), ``library`` (BLAS or
+    #: SciPy products with ``R`` right-hand sides) or ``auto`` (timed on the first call)
+    points_engine: str = "auto"
+    #: :meth:`grad_points` also gives each node's loss (``with_loss``)
+    points_with_loss: ClassVar[bool] = True
+
+    def _points_kdata(self) -> tuple:
+        """The compiled kernels' view of the data when the gradients run on a library engine:
+        the dense rows where the engine is dense, else the CSR rows."""
+        csr = (self._crow, self._col, self._val)
+        return glm_kernels.pack(self._Ad if self.dense else None, csr, self.d)
+
+    def _sparse_product(self, M: sp.csr_matrix, Y: torch.Tensor) -> torch.Tensor:
+        """``M @ Y`` for a SciPy CSR ``M`` and a CPU tensor ``Y`` ``(k, R)``: one pass over
+        ``M``'s entries for all ``R`` columns."""
+        return torch.from_numpy(np.asarray(M @ Y.detach().numpy()))
+
+    @_on_threads
+    def grad_points(self, P: torch.Tensor, with_loss: bool = False):
+        """``(R, m, d)``: entry ``[r, j]`` is ``grad f_{nodes[j]}(P[r])``, every held node at
+        each of ``R`` points ``P`` ``(R, d)``, in one pass over the held rows (the gradients of
+        ``R`` runs that advance together), and with ``with_loss`` also ``(R, m)``, each held
+        node's ``f_i`` at each point. Equal to :meth:`grad` at each point up to rounding (the
+        sums run in another order). The pass is a compiled kernel's (the innermost loops over
+        the points) or, on a library engine, a BLAS/SciPy product with ``R`` right-hand sides:
+        :attr:`points_engine`, chosen by timing both on the first call (``auto``)."""
+        P = P.to(self.device, self.dtype)
+        if self.points_engine == "auto":
+            self._choose_points_engine(P)
+        if self._compiled and self.points_engine == "compiled":
+            if self._kernels:
+                kdata = self._kdata
+            else:
+                if self._points_k is None:
+                    self._points_k = self._points_kdata()
+                kdata = self._points_k
+            G, Lm = glm_kernels.grad_points(
+                kdata, self._b, self._krows, self._ptr, P, self.KERNEL_LOSS, with_loss
+            )
+            G, Lm = G.permute(2, 0, 1), Lm.T
+        else:
+            G, Lm = self._library_points(P)
+        out = G.contiguous().add_(self.reg_grad(P, self.lam)[:, None, :])
+        if not with_loss:
+            return out
+        return out, Lm.contiguous().add_(self.reg(P, self.lam)[:, None])
+
+    def _library_points(self, P: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        R, m, d = P.shape[0], self.m, self.d
+        data = self._points_data()
+        if data["X3"] is not None:
+            X3 = data["X3"]
+            c = X3.shape[1]
+            Z = torch.matmul(X3, P.T)  # (m, c, R)
+            bh, inv = self._bh.view(m, c, 1), self._inv_m.view(m, c, 1)
+            U = self.dphi(Z, bh) * inv
+            G = torch.matmul(X3.transpose(1, 2), U)  # (m, d, R)
+            Lm = (self.phi(Z, bh) * inv).sum(1)  # (m, R)
+        else:
+            Z = self._sparse_product(data["A"], P.T.contiguous())  # (N_held, R)
+            bh, inv = self._bh[:, None], self._inv_m[:, None]
+            U = self.dphi(Z, bh) * inv
+            G = self._sparse_product(data["Bt"], U).view(m, d, R)
+            Lm = torch.zeros(m, R, dtype=self.dtype, device=self.device)
+            Lm.index_add_(0, self._local, self.phi(Z, bh) * inv)
+        return G.permute(2, 0, 1), Lm.T
+
+    def _choose_points_engine(self, P: torch.Tensor) -> None:
+        """Time the compiled kernel and the library products on ``P`` (after one untimed call
+        of each, which compiles) and keep the faster for this problem."""
+        import time
+
+        if not self._compiled:
+            self.points_engine = "library"
+            return
+        best = None
+        for engine in ("compiled", "library"):
+            self.points_engine = engine
+            self.grad_points(P)
+            took = []
+            for _ in range(3):
+                t0 = time.perf_counter()
+                self.grad_points(P)
+                took.append(time.perf_counter() - t0)
+            if best is None or min(took) < best[0]:
+                best = (min(took), engine)
+        self.points_engine = best[1]
+
+    @_on_threads
+    def loss_grad_points(self, P: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``f`` ``(R,)`` and ``grad f`` ``(R, d)`` at each of ``R`` points ``(R, d)``, from one
+        pass for the margins and one for the gradients (what the runner logs for ``R`` runs
+        that advance together); equal to :meth:`loss` and :meth:`full_grad` up to rounding."""
+        P = P.to(self.device, self.dtype)
+        data = self._points_data()
+        b, w = self._b[:, None], self._w[:, None]
+        if self.dense:
+            Z = self._Ad @ P.T
+        else:
+            Z = self._sparse_product(data["full"], P.T.contiguous())
+        f = (self.phi(Z, b) * w).sum(0) + self.reg(P, self.lam)
+        U = self.dphi(Z, b) * w
+        if self.dense:
+            g = U.T @ self._Ad
+        else:
+            g = self._sparse_product(data["fullT"], U).T
+        return f, g + self.reg_grad(P, self.lam)
 
     # ------------------------------------------------------------------ exact Hessians
     hessians = True

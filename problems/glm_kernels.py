@@ -29,7 +29,7 @@ import torch
 
 from streams.compiled import launch, numba
 
-__all__ = ["LOSSES", "available", "grad", "margins", "pack"]
+__all__ = ["LOSSES", "available", "grad", "grad_points", "margins", "pack"]
 
 # The losses the kernels know: a GLM subclass names its own in ``KERNEL_LOSS``.
 LOSSES = {"logistic": 0, "squared": 1, "sigmoid-squared": 2}
@@ -101,6 +101,32 @@ def grad(
     return out
 
 
+def grad_points(
+    data: tuple, b: torch.Tensor, rows: torch.Tensor, ptr: torch.Tensor, P: torch.Tensor, loss: str,
+    with_loss: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """``(m, d, R)`` and ``(m, R)``: entry ``[i, :, r]`` is ``(1/c_i) sum_{j in
+    rows[ptr[i]:ptr[i+1]]} phi'(a_j^T p_r, b_j) a_j`` and entry ``[i, r]`` the mean of
+    ``phi(a_j^T p_r, b_j)`` over the same rows, for each of ``R`` points ``P`` ``(R, d)``: one
+    pass over each node's rows serves all ``R`` points (a row's ``R`` margins, ``phi'`` and
+    scatter while it is in L1; the innermost loops run over the points). Without
+    ``with_loss`` the losses are not computed (zeros): they cost a logarithm per row and
+    point. No regulariser term: the caller adds it."""
+    m = ptr.numel() - 1
+    d = data[-1] if len(data) > 1 else data[0].shape[1]
+    PT = P.T.contiguous()  # (d, R): a coordinate's R values side by side
+    out = torch.empty(m, d, P.shape[0], dtype=P.dtype)
+    lout = torch.empty(m, P.shape[0], dtype=P.dtype)
+    zero = _np(out).dtype.type(0)
+    args = (_np(b), _np(rows), _np(ptr), _np(PT), LOSSES[loss], with_loss, zero, _np(out),
+            _np(lout))  # fmt: skip
+    if len(data) > 1:
+        launch(_sparse_points, *data[:4], *args)
+    else:
+        launch(_dense_points, data[0], *args)
+    return out, lout
+
+
 def margins(data: tuple, rows: torch.Tensor, ptr: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
     """``(len(rows),)``: ``a_j^T x_i`` for every listed row ``j`` of node ``i``."""
     z = torch.empty(rows.numel(), dtype=X.dtype)
@@ -143,6 +169,21 @@ def _dphi(code, z, b):
         s = 1.0 / (1.0 + math.exp(b * z))
         return -2.0 * b * s * s / (1.0 + math.exp(-b * z))
     return z - b
+
+
+@_inline
+def _phi(code, z, b):
+    """``phi(z, b)``: logistic ``log(1 + exp(-b z))`` (written so that neither branch
+    overflows), squared ``(z - b)^2 / 2``, sigmoid-squared ``sigmoid(-b z)^2``."""
+    if code == 0:
+        t = -b * z
+        if t > 0:
+            return t + math.log1p(math.exp(-t))
+        return math.log1p(math.exp(t))
+    if code == 2:
+        s = 1.0 / (1.0 + math.exp(b * z))
+        return s * s
+    return 0.5 * (z - b) * (z - b)
 
 
 @_jit
@@ -257,3 +298,79 @@ def _sparse_margins(indptr, indices, values, unit, rows, ptr, X, x_shared, zero,
                 for p in range(indptr[row], indptr[row + 1]):
                     s += values[p] * x[indices[p]]
                 z[j] = s
+
+
+@_pjit
+def _dense_points(A, b, rows, ptr, PT, code, with_loss, zero, out, lout):
+    d, R = PT.shape
+    for i in _prange(ptr.size - 1):
+        g = out[i]
+        g[:, :] = zero
+        lo, hi = ptr[i], ptr[i + 1]
+        inv = 1.0 / (hi - lo)
+        z = np.empty(R, dtype=PT.dtype)
+        lsum = lout[i]
+        lsum[:] = zero
+        for j in range(lo, hi):
+            row = rows[j]
+            a = A[row]
+            for r in range(R):
+                z[r] = zero
+            for k in range(d):
+                ak = a[k]
+                for r in range(R):
+                    z[r] += ak * PT[k, r]
+            if with_loss:
+                for r in range(R):
+                    lsum[r] += _phi(code, z[r], b[row]) * inv
+            for r in range(R):
+                z[r] = _dphi(code, z[r], b[row]) * inv
+            for k in range(d):
+                ak = a[k]
+                for r in range(R):
+                    g[k, r] += ak * z[r]
+
+
+@_pjit
+def _sparse_points(
+    indptr, indices, values, unit, b, rows, ptr, PT, code, with_loss, zero, out, lout
+):  # noqa: E501
+    d, R = PT.shape
+    for i in _prange(ptr.size - 1):
+        g = out[i]
+        g[:, :] = zero
+        lo, hi = ptr[i], ptr[i + 1]
+        inv = 1.0 / (hi - lo)
+        z = np.empty(R, dtype=PT.dtype)
+        lsum = lout[i]
+        lsum[:] = zero
+        for j in range(lo, hi):
+            row = rows[j]
+            p0, p1 = indptr[row], indptr[row + 1]
+            for r in range(R):
+                z[r] = zero
+            if unit:
+                for p in range(p0, p1):
+                    c = indices[p]
+                    for r in range(R):
+                        z[r] += PT[c, r]
+            else:
+                for p in range(p0, p1):
+                    c, v = indices[p], values[p]
+                    for r in range(R):
+                        z[r] += v * PT[c, r]
+            if with_loss:
+                for r in range(R):
+                    lsum[r] += _phi(code, z[r], b[row]) * inv
+            for r in range(R):
+                z[r] = _dphi(code, z[r], b[row]) * inv
+            if unit:
+                for p in range(p0, p1):
+                    c = indices[p]
+                    for r in range(R):
+                        g[c, r] += z[r]
+            else:
+                for p in range(p0, p1):
+                    c, v = indices[p], values[p]
+                    for r in range(R):
+                        g[c, r] += v * z[r]

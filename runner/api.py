@@ -47,7 +47,7 @@ from runner.folder import out_dir
 from runner.loop import execute
 from runner.resolve import configure
 
-__all__ = ["Result", "run", "run_args"]
+__all__ = ["Result", "run", "run_args", "run_batch"]
 
 # Flags that describe the problem: with a Problem object they are its own, not the call's.
 PROBLEM_FLAGS = ("dataset", "problem_opt", "split", "lam", "x0", "dtype", "device")
@@ -140,6 +140,68 @@ def run(
     if folder is None:
         summary["out"] = None
     return Result(history, kept["config"], summary, status, folder)
+
+
+def run_batch(
+    method: str | type[Algorithm],
+    runs: list[dict[str, Any]],
+    *,
+    compressor: str | None = None,
+    problem: str | None = None,
+    quiet: bool = True,
+    exact: bool = False,
+    **shared: Any,
+) -> list[Result]:
+    """Runs that differ only in their step, advanced together in one process
+    (:mod:`runner.batch`): ``runs`` lists each run's own keywords (``step_mult``, ``step``,
+    ``iters``, ``tol``, ``out``, ...), ``shared`` the keywords of all of them. Returns one
+    :class:`Result` per run, as :func:`run` returns it; each run's history equals the same
+    :func:`run` to rounding, or bit for bit with ``exact=True``.
+
+    ::
+
+        res = run_batch("ef21", [{"step_mult": 2**k} for k in range(12)], compressor="topk:k=1",
+                        problem="logreg-nonconvex", dataset="mushrooms", nodes=20, iters=2000)
+        [r.summary["reason"] for r in res]
+
+    ``ValueError`` when the runs differ in more than their step and stop rule, or the method
+    does not declare ``batchable``."""
+    from runner.batch import run_batch as _run_batch
+
+    if not isinstance(method, str):
+        raise ValueError("run_batch takes a registered method's name")
+    if not runs:
+        return []
+    cls = get_algorithm(method)
+    arg_list, keeps, writes = [], [], []
+    for own in runs:
+        given = dict(shared, **own, quiet=quiet)
+        if compressor is not None:
+            given["compressor"] = compressor
+        if problem is not None:
+            given["problem"] = problem
+        if "out" in given:
+            given["out"] = str(given["out"])
+        args = RunConfig.create(method, given, cls)
+        args.argv = args.to_argv()
+        arg_list.append(args)
+        keeps.append({})
+        writes.append(given.get("out") is not None)
+    if len(set(writes)) > 1:
+        raise ValueError("give out= to every run of the batch or to none")
+    statuses = _run_batch(arg_list, write=writes[0], keeps=keeps, announce=not quiet,
+                          exact=exact)  # fmt: skip
+    import pandas as pd
+
+    out = []
+    for keep, status, write in zip(keeps, statuses, writes, strict=True):
+        history = pd.DataFrame(keep["history"], columns=keep["columns"])
+        summary = dict(keep["summary"])
+        folder = Path(summary["out"]) if write else None
+        if folder is None:
+            summary["out"] = None
+        out.append(Result(history, keep["config"], summary, status, folder))
+    return out
 
 
 def run_args(

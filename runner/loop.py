@@ -118,6 +118,31 @@ class _Progress:
         sys.stderr.flush()
 
 
+def log_row(
+    t: int, f: float, gn: float, f_star, totals: dict, wall: float, times: dict, held_out=None
+) -> dict[str, Any]:
+    """A history row at iteration ``t`` (without the method's extras): ``f``, the squared
+    gradient norm ``gn``, the bit totals, the clocks and the held-out metrics if any."""
+    spent = sum(times.values())
+    row = {
+        "iter": t,
+        "bits_up": totals["bits_up"],
+        "bits_down": totals["bits_down"],
+        "f": f,
+        "f_gap": None if f_star is None else f - f_star,
+        "grad_norm_sq": gn,
+        "wall_s": wall,
+        "bits_up_max": totals["bits_up_max"],
+        "bits_down_max": totals["bits_down_max"],
+        "wire_bytes_up": totals.get("wire_bytes_up"),
+        "t_compute": max(0.0, wall - spent),
+        **{f"t_{k}": v for k, v in times.items()},
+    }
+    if held_out is not None:
+        row.update(test_loss=held_out["loss"], test_acc=held_out["acc"])
+    return row
+
+
 def execute(
     algo: Algorithm,
     problem,
@@ -227,25 +252,8 @@ def _execute(algo, problem, config, args, out, comm, is_writer, stop, keep, anno
         def record(t: int, extras: dict[str, float]) -> dict[str, Any]:
             f = float(problem.loss(state.x))
             gn = float((problem.full_grad(state.x) ** 2).sum())
-            totals = comm.bits_totals()
-            spent = sum(watch.totals.values())
-            row = {
-                "iter": t,
-                "bits_up": totals["bits_up"],
-                "bits_down": totals["bits_down"],
-                "f": f,
-                "f_gap": None if f_star is None else f - f_star,
-                "grad_norm_sq": gn,
-                "wall_s": wall,
-                "bits_up_max": totals["bits_up_max"],
-                "bits_down_max": totals["bits_down_max"],
-                "wire_bytes_up": totals.get("wire_bytes_up"),
-                "t_compute": max(0.0, wall - spent),
-                **{f"t_{k}": v for k, v in watch.totals.items()},
-            }
-            if evaluate is not None:
-                held_out = evaluate(state.x, with_grad=False)
-                row.update(test_loss=held_out["loss"], test_acc=held_out["acc"])
+            held_out = evaluate(state.x, with_grad=False) if evaluate is not None else None
+            row = log_row(t, f, gn, f_star, comm.bits_totals(), wall, watch.totals, held_out)
             row.update({k: extras.get(k) for k in extras_keys})
             history.add(row)
             return row
@@ -302,8 +310,27 @@ def _execute(algo, problem, config, args, out, comm, is_writer, stop, keep, anno
                 break
         bar.close()
         failed = failed or history.error
-    unstable = None
     eps = torch.finfo(problem.x0.dtype).eps if problem.x0.is_floating_point() else 0.0
+
+    def checkpoint() -> None:
+        save_checkpoint(*save, state, t, wall, watch, last, is_writer, run_id)
+
+    return conclude(
+        reason=reason, history=history, f_star=f_star, eps=eps, t=t, T=T, failed=failed,
+        signum=signum, checkpoint=checkpoint if every or signum else None, wall=wall,
+        times=watch.totals, last=last, config=config, out=out, comm=comm, run_id=run_id,
+        keep=keep, columns=columns, is_writer=is_writer, announce=announce,
+    )  # fmt: skip
+
+
+def conclude(
+    *, reason, history, f_star, eps, t, T, failed, signum, checkpoint, wall, times, last,
+    config, out, comm, run_id, keep, columns, is_writer, announce,
+) -> int:  # fmt: skip
+    """The end of a run: the stability verdicts on its logged values, its last checkpoint
+    (``checkpoint``, None when the run keeps none), ``summary.json``, the printed summary and
+    the exit status. A batch of runs (:mod:`runner.batch`) ends each of its runs here too."""
+    unstable = None
     if reason in ("completed", "tolerance", "max_bits"):
         unstable = objective_verdict(history.f_logged, f_star, eps)
         if unstable is not None:
@@ -317,9 +344,9 @@ def _execute(algo, problem, config, args, out, comm, is_writer, stop, keep, anno
     if failed is not None:
         # The history misses rows, so no newer checkpoint: the last complete one is kept.
         reason, signum = "write_failed", 0
-    elif (every or signum) and reason != "diverged":
+    elif checkpoint is not None and reason != "diverged":
         try:
-            save_checkpoint(*save, state, t, wall, watch, last, is_writer, run_id)
+            checkpoint()
         except WriteFailed as e:
             failed, reason = e, "write_failed"
     iters_done = max(t, 1)
@@ -336,7 +363,7 @@ def _execute(algo, problem, config, args, out, comm, is_writer, stop, keep, anno
         "seconds_per_iter": {
             "total": wall / iters_done,
             "compute": (last.get("t_compute") or 0.0) / iters_done,
-            **{k: v / iters_done for k, v in watch.totals.items()},
+            **{k: v / iters_done for k, v in times.items()},
         },
         "per_node": comm.bits_totals()["per_node"],
         "out": str(out),

@@ -104,6 +104,8 @@ def run(argv: list[str] | None = None) -> int:
 
 def _run(argv: list[str] | None, stop: StopSignals) -> int:
     tokens = sys.argv[1:] if argv is None else argv
+    if tokens and tokens[0] == "--batch":
+        return _run_batch(tokens[1:], stop)
     args = parse_run(tokens)  # the common flags and this method's options, typed
     if args.list:
         print(list_everything())
@@ -130,6 +132,47 @@ def _run(argv: list[str] | None, stop: StopSignals) -> int:
     except ValueError as e:  # bad input, named
         print(f"error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
+
+
+def _run_batch(tokens: list[str], stop: StopSignals) -> int:
+    """``--batch FILE [--exact]``: the runs a JSON file lists (``{"runs": [ARGV, ...]}``, each
+    ``ARGV`` a list of this command's arguments with its own ``--out``) advance together in
+    this process (:mod:`runner.batch`). The file holds data only: each ``ARGV`` goes through
+    the same parser as a command line. Exit status: as one run's, the worst of the runs'."""
+    import json
+
+    exact = "--exact" in tokens
+    rest = [t for t in tokens if t != "--exact"]
+    if len(rest) != 1:
+        print("error: --batch takes one FILE (a JSON list of runs) and optionally --exact",
+              file=sys.stderr)  # fmt: skip
+        return EXIT_BAD_INPUT
+    path = Path(rest[0])
+    try:
+        spec = json.loads(path.read_text())
+        runs = spec["runs"]
+        if not isinstance(runs, list) or not all(
+            isinstance(a, list) and all(isinstance(t, str) for t in a) for a in runs
+        ):
+            raise ValueError("runs must be a list of argument lists (strings)")
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        print(f"error: --batch {str(path)!r}: not a batch file ({e}); it must hold "
+              '{"runs": [["ef21", "--step-mult", "2", "--out", "DIR", ...], ...]}',
+              file=sys.stderr)  # fmt: skip
+        return EXIT_BAD_INPUT
+    from runner.batch import exit_status, run_batch
+
+    arg_list = []
+    for argv in runs:
+        args = parse_run(argv)
+        args.argv = list(argv)
+        arg_list.append(args)
+    try:
+        statuses = run_batch(arg_list, stop=stop, announce=False, exact=exact)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return exit_status(statuses)
 
 
 def run_distributed(args, stop: StopSignals | None = None) -> int:

@@ -86,6 +86,7 @@ class ECSGD(Algorithm):
 
     batch_size: int | None = minibatch_option()
 
+    batchable: ClassVar[bool] = True
     needs: ClassVar[str] = "absolute"
     stochastic: ClassVar[bool] = True
     reports: ClassVar[tuple[str, ...]] = ("E",)

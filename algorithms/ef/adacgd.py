@@ -132,6 +132,7 @@ class AdaCGD(Algorithm):
     init_mode: str = ef21_init_option()
     regime: str = regime_option()
 
+    batchable: ClassVar[bool] = True
     needs: ClassVar[str] = "contractive"
     reports: ClassVar[tuple[str, ...]] = ("G", "level")
     provenance: ClassVar[Provenance] = pv.derived(

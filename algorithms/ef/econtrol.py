@@ -91,6 +91,7 @@ class EControl(Algorithm):
     batch_size: int | None = minibatch_option()
     regime: str = regime_option()
 
+    batchable: ClassVar[bool] = True
     needs: ClassVar[str] = "contractive"
     stochastic: ClassVar[bool] = True
     reports: ClassVar[tuple[str, ...]] = ("E",)

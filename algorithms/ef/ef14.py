@@ -59,6 +59,7 @@ class EF14(Algorithm):
 
     needs: ClassVar[str] = "contractive"
     stochastic: ClassVar[bool] = True
+    batchable: ClassVar[bool] = True
     reports: ClassVar[tuple[str, ...]] = ("E",)
     provenance: ClassVar[Provenance] = pv.borrowed(
         "EF21",

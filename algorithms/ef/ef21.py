@@ -114,6 +114,7 @@ class EF21(EF21Base):
     regime: str = regime_option()
 
     needs: ClassVar[str] = "contractive"
+    batchable: ClassVar[bool] = True
     reports: ClassVar[tuple[str, ...]] = ("G",)
     provenance: ClassVar[Provenance] = pv.theorem(
         "Richtárik, Sokolov & Fatkhullin 2021, arXiv 2106.05203, Theorem 1 (nonconvex) and "

@@ -55,6 +55,7 @@ class EF21HB(Algorithm):
     init_mode: str = ef21_init_option()
     regime: str = regime_option()
 
+    batchable: ClassVar[bool] = True
     needs: ClassVar[str] = "contractive"
     reports: ClassVar[tuple[str, ...]] = ("G",)
     provenance: ClassVar[Provenance] = pv.borrowed(

@@ -127,6 +127,7 @@ class EF21PAGE(EF21Base):
         choices=PAGE_STEPS,
     )
 
+    batchable: ClassVar[bool] = True
     needs: ClassVar[str] = "contractive"
     stochastic: ClassVar[bool] = True
     reports: ClassVar[tuple[str, ...]] = ("G", "sync")

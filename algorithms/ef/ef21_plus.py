@@ -44,6 +44,7 @@ class EF21Plus(EF21Base):
 
     regime: str = regime_option()
 
+    batchable: ClassVar[bool] = True
     needs: ClassVar[str] = "contractive"
     reports: ClassVar[tuple[str, ...]] = ("G", "fresh")
     provenance: ClassVar[Provenance] = pv.theorem(

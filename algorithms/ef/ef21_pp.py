@@ -79,6 +79,7 @@ class EF21PP(EF21Base):
     sampling: str = option("poisson", "participation: poisson | nice", choices=SAMPLINGS)
     regime: str = regime_option()
 
+    batchable: ClassVar[bool] = True
     needs: ClassVar[str] = "contractive"
     reports: ClassVar[tuple[str, ...]] = ("G", "participants")
     provenance: ClassVar[Provenance] = pv.theorem(

@@ -52,6 +52,7 @@ class EF21SGD(EF21Base):
     batch_size: int | None = minibatch_option()
     regime: str = regime_option()
 
+    batchable: ClassVar[bool] = True
     needs: ClassVar[str] = "contractive"
     stochastic: ClassVar[bool] = True
     provenance: ClassVar[Provenance] = pv.derived(

@@ -89,6 +89,7 @@ class EF21SGDM(EF21Base):
     batch_size: int | None = minibatch_option()
     regime: str = regime_option()
 
+    batchable: ClassVar[bool] = True
     needs: ClassVar[str] = "contractive"
     stochastic: ClassVar[bool] = True
     reports: ClassVar[tuple[str, ...]] = ("G",)

@@ -102,6 +102,7 @@ class EFBV(Algorithm):
         flag="ef_step",
     )
 
+    batchable: ClassVar[bool] = True
     needs: ClassVar[str] = "any"
     reports: ClassVar[tuple[str, ...]] = ("G",)
     provenance: ClassVar[Provenance] = pv.authors_code(

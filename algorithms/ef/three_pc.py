@@ -112,6 +112,7 @@ class ThreePC(Algorithm):
     init_mode: str = ef21_init_option()
     regime: str = regime_option()
 
+    batchable: ClassVar[bool] = True
     needs: ClassVar[str] = "contractive"
     reports: ClassVar[tuple[str, ...]] = ("G",)
     provenance: ClassVar[Provenance] = pv.theorem(

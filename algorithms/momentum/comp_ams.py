@@ -84,6 +84,7 @@ class CompAMS(Algorithm):
     eps: float = option(1e-8, "AMSGrad eps > 0 (inside the square root)", check=check_positive)
     batch_size: int | None = minibatch_option()
 
+    batchable: ClassVar[bool] = True
     needs: ClassVar[str] = "contractive"
     stochastic: ClassVar[bool] = True
     reports: ClassVar[tuple[str, ...]] = ("E",)

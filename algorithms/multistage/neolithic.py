@@ -121,6 +121,7 @@ class NEOLITHIC(Algorithm):
         default_factory=Identity,
     )
 
+    batchable: ClassVar[bool] = True
     needs: ClassVar[str] = "contractive"
     down_needs: ClassVar[str | None] = "contractive"
     stochastic: ClassVar[bool] = True

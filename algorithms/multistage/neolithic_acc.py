@@ -71,6 +71,7 @@ class NEOLITHICAcc(NEOLITHIC):
         None, "a constant momentum in [0, 1) instead of the schedule (0: no acceleration)"
     )
 
+    batchable: ClassVar[bool] = False  # its step is not a product by gamma alone
     reports: ClassVar[tuple[str, ...]] = ("E", "beta")
     provenance: ClassVar[Provenance] = pv.reconstruction(
         "accelerated NEOLITHIC's algorithm and theorem (He, Huang, Chen, Yin & Yuan 2023, "

@@ -76,6 +76,7 @@ class CANITA(Algorithm):
     )
     init_mode: str = option("zero", "h_i^0: zero | full", choices=INITS, flag="init")
 
+    batchable: ClassVar[bool] = True
     needs: ClassVar[str] = "unbiased"
     reports: ClassVar[tuple[str, ...]] = ("refresh", "theta1", "H")
     provenance: ClassVar[Provenance] = pv.reconstruction(

@@ -58,6 +58,7 @@ class DCGD(Algorithm):
         check=check_count,
     )
 
+    batchable: ClassVar[bool] = True
     needs: ClassVar[str] = "any"
     stochastic: ClassVar[bool] = True
     provenance: ClassVar[Provenance] = pv.theorem(

@@ -81,6 +81,7 @@ class DIANA(Algorithm):
 
     needs: ClassVar[str] = "unbiased"
     stochastic: ClassVar[bool] = True
+    batchable: ClassVar[bool] = True
     reports: ClassVar[tuple[str, ...]] = ("H",)
     provenance: ClassVar[Provenance] = pv.theorem(
         "Horváth, Kovalev, Mishchenko, Stich & Richtárik 2019, arXiv 1904.05115, Theorem 4 "

@@ -114,6 +114,7 @@ class OneBitAdam(Algorithm):
     )
     batch_size: int | None = minibatch_option()
 
+    batchable: ClassVar[bool] = True
     needs: ClassVar[str] = "contractive"
     stochastic: ClassVar[bool] = True
     reports: ClassVar[tuple[str, ...]] = ("E",)

@@ -129,6 +129,7 @@ class MASHA1(Algorithm):
 
     p: float | None = option(None, P_HELP, check=check_unit)
 
+    batchable: ClassVar[bool] = True
     needs: ClassVar[str] = "unbiased"
     solves_vi: ClassVar[bool] = True
     reports: ClassVar[tuple[str, ...]] = ("sync",)

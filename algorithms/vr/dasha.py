@@ -38,6 +38,7 @@ class DASHA(DASHABase):
     see :mod:`algorithms.stepsizes.vr`). Reported: ``G = mean_i ||g_i - grad f_i(x)||^2``.
     """
 
+    batchable: ClassVar[bool] = True
     provenance: ClassVar[Provenance] = pv.theorem(
         "Tyurin & Richtárik 2022, arXiv 2202.01268 (ICLR 2023), Theorem 6.1 (nonconvex), its "
         "constant 16 omega (2 omega + 1) as recalled, not checked [M] (the smallest of the "

@@ -49,6 +49,7 @@ class DASHAMVR(DASHABase):
         None, "MVR momentum b in (0, 1] (default 1/(2 omega + 1))", flag="mvr-b", check=check_unit
     )
 
+    batchable: ClassVar[bool] = True
     stochastic: ClassVar[bool] = True
     provenance: ClassVar[Provenance] = pv.theorem(
         "Tyurin & Richtárik 2022, arXiv 2202.01268, DASHA-MVR's nonconvex theorem (Section 6; "

@@ -52,6 +52,7 @@ class DASHAPAGE(DASHABase):
     )
     p: float | None = option(None, P_HELP, check=check_unit)
 
+    batchable: ClassVar[bool] = True
     stochastic: ClassVar[bool] = True
     reports: ClassVar[tuple[str, ...]] = ("G", "sync")
     provenance: ClassVar[Provenance] = pv.theorem(

@@ -62,6 +62,7 @@ class DASHASYNCMVR(DASHABase):
     )
     p: float | None = option(None, P_HELP, check=check_unit)
 
+    batchable: ClassVar[bool] = True
     stochastic: ClassVar[bool] = True
     reports: ClassVar[tuple[str, ...]] = ("G", "sync")
     provenance: ClassVar[Provenance] = pv.borrowed(

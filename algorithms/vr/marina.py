@@ -61,6 +61,7 @@ class MARINA(Algorithm):
     regime: str = regime_option()
 
     needs: ClassVar[str] = "unbiased"
+    batchable: ClassVar[bool] = True
     reports: ClassVar[tuple[str, ...]] = ("sync",)
     provenance: ClassVar[Provenance] = pv.theorem(
         "Gorbunov, Burlachenko, Li & Richtárik 2021, arXiv 2102.07845, Theorem 2.1 "

@@ -59,6 +59,7 @@ class PPMARINA(Algorithm):
     )
     p: float | None = option(None, P_HELP, check=check_unit)
 
+    batchable: ClassVar[bool] = True
     needs: ClassVar[str] = "unbiased"
     reports: ClassVar[tuple[str, ...]] = ("sync", "participation")
     provenance: ClassVar[Provenance] = pv.theorem(

@@ -60,6 +60,7 @@ class VRMARINA(Algorithm):
     )
     p: float | None = option(None, P_HELP, check=check_unit)
 
+    batchable: ClassVar[bool] = True
     needs: ClassVar[str] = "unbiased"
     stochastic: ClassVar[bool] = True
     reports: ClassVar[tuple[str, ...]] = ("sync",)

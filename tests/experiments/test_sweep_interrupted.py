@@ -121,7 +121,7 @@ def test_ctrl_c_stops_the_sweep_and_starts_no_new_run(tmp_path):
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
     proc = subprocess.Popen(
         [sys.executable, "-m", "experiments.sweep", str(cfg_path), "--out", str(out),
-         "--jobs", "1", "--quiet"],
+         "--jobs", "1", "--quiet", "--batch", "off"],  # one by one: the second run waits
         cwd=ROOT, env=env, start_new_session=True, text=True,
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )  # fmt: skip
@@ -136,6 +136,33 @@ def test_ctrl_c_stops_the_sweep_and_starts_no_new_run(tmp_path):
     assert summary["reason"] == "interrupted" and (first / "checkpoint" / "meta.json").is_file()
     assert not (first / "stderr.txt").exists()  # an interruption is not a failure
     assert not second.exists()  # queued behind the interrupted run: never started
+
+
+def test_ctrl_c_stops_a_batch_and_each_run_resumes_alone(tmp_path):
+    cfg_path, out = tmp_path / "two.toml", tmp_path / "out"
+    cfg_path.write_text(TOML.replace("step_mult = [1]", "step_mult = [1, 2]"))
+    dirs = [out / "runs" / s.run_id for s in load_config(cfg_path).runs()]
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "experiments.sweep", str(cfg_path), "--out", str(out),
+         "--jobs", "1", "--quiet"],
+        cwd=ROOT, env=env, start_new_session=True, text=True,
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while logged(dirs[0]) < 3 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    for d in dirs:  # the two runs advanced together: both stop, each with its checkpoint
+        summary = json.loads((d / "summary.json").read_text())
+        assert summary["reason"] == "interrupted" and (d / "checkpoint" / "meta.json").is_file()
+        assert json.loads((d / "config.json").read_text())["batch"]["runs"] == 2
+    run_sweep(load_config(cfg_path), out, progress=False)
+    for d in dirs:
+        summary = json.loads((d / "summary.json").read_text())
+        assert summary["reason"] != "interrupted" and summary["iters"] == 8000
 
 
 def test_a_run_interrupted_again_while_resuming_keeps_its_checkpoint(tmp_path, monkeypatch):

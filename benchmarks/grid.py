@@ -1,0 +1,191 @@
+"""``--only grid``: a paper's grid end to end, batched against one run per process, side by side.
+
+The grid is the EF21 paper's (``benchmarks/ef21_grid.toml``: EF21 and EF14 with Top-1, 12 step
+multipliers, the four LIBSVM sets, 2000 iterations, 96 runs); it runs twice through
+``experiments.sweep`` on this machine's cores, ``--batch off`` (every run its own process, as
+a sweep ran before batches) and ``--batch auto`` (each method and set's 12 multipliers advance
+together), and the report gives both wall times, their ratio and whether both chose the same
+multipliers (``best.csv``). ``--quick`` runs the grid on mushrooms and phishing at 300
+iterations.
+
+A second table times the step itself on each set: one run's step (median of the interleaved
+repeats) against a 12-run batch's step divided by 12 (EF21 + Top-1, float64, n = 20, on this
+process's threads).
+
+Targets (issue 35): the grid at least 5x faster batched, and the per-run step of a 12-run batch
+at most 1/4 of a single run's.
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import tomllib
+import torch
+
+from benchmarks.paper import find_data
+from benchmarks.progress import Tracker
+
+log = logging.getLogger("benchmarks")
+
+GRID = Path(__file__).with_name("ef21_grid.toml")
+GRID_SPEEDUP = 5.0
+STEP_SHARE = 0.25
+BATCH = 12
+QUICK_SETS = ("mushrooms", "phishing")
+QUICK_ITERS = 300
+
+
+def _config(quick: bool, sets: list[str]):
+    from experiments.config import load_config
+
+    cfg = tomllib.loads(GRID.read_text())
+    cfg["grid"]["dataset"] = sets
+    if quick:
+        cfg["base"]["iters"] = QUICK_ITERS
+    return load_config(cfg)
+
+
+def _sweep(cfg, out: Path, batch: str, jobs: int) -> float:
+    from experiments.sweep import run_sweep
+
+    t0 = time.perf_counter()
+    run_sweep(cfg, out, jobs=jobs, progress=False, batch=batch)
+    return time.perf_counter() - t0
+
+
+def _best(out: Path) -> list[tuple]:
+    with (out / "best.csv").open(newline="") as fh:
+        return [(r["label"], r["dataset"], r["step_mult"], r["value"]) for r in csv.DictReader(fh)]
+
+
+def step_times(name: str, steps: int, repeats: int = 3) -> dict:
+    """One run's step and a 12-run batch's step on set ``name`` (seconds, medians)."""
+    from algorithms.batching import for_runs
+    from algorithms.registry import get_algorithm
+    from comm import SimulatedComm
+    from comm.batched import BatchedSimulatedComm
+    from compressors import parse_spec
+    from problems.batched import Tiled
+    from problems.registry import make_problem
+
+    problem = make_problem("logreg-nonconvex", dataset=name, split="contiguous:last", nodes=20,
+                           lam=0.1, x0="randn", seed=0)  # fmt: skip
+    algo, _ = get_algorithm("ef21").configure(problem, parse_spec("topk:k=1"))
+    n = problem.n
+    single_comm = SimulatedComm(n, seed=0)
+    tiled = Tiled(problem, BATCH)
+    comm = BatchedSimulatedComm(n, BATCH, 0)
+    batch = for_runs(algo, [algo.gamma * 2.0**k for k in range(BATCH)], n, problem.dtype)
+    one_state = algo.init(problem.x0, problem, single_comm)
+    state = batch.init(tiled.x0, tiled, comm)
+    algo.step(one_state, problem, single_comm)
+    batch.step(state, tiled, comm)  # compiles and chooses the kernels
+    alone, together = [], []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        s = one_state
+        for _ in range(steps):
+            s, _ = algo.step(s, problem, single_comm)
+        alone.append((time.perf_counter() - t0) / steps)
+        t0 = time.perf_counter()
+        s = state
+        for _ in range(steps):
+            s, _ = batch.step(s, tiled, comm)
+        together.append((time.perf_counter() - t0) / steps)
+    return {
+        "set": name,
+        "single_s": statistics.median(alone),
+        "batch_s": statistics.median(together),
+        "points_engine": problem.points_engine,
+        "engine": problem.engine,
+    }
+
+
+def run(quick: bool = False, track: Tracker | None = None) -> list[dict]:
+    """The grid batched and unbatched, and the step table (rows; see the module docstring)."""
+    track = track or Tracker()
+    sets = [s for s in (QUICK_SETS if quick else ("mushrooms", "phishing", "a9a", "w8a"))
+            if find_data(s) is not None]  # fmt: skip
+    if not sets:
+        log.warning("grid: no LIBSVM set found (COMPZOO_DATA): skipped")
+        return []
+    jobs = os.cpu_count() or 1
+    cfg = _config(quick, sets)
+    track.plan(2 + len(sets))
+    rows: list[dict] = []
+    with tempfile.TemporaryDirectory(prefix="compzoo-grid-") as tmp:
+        times = {}
+        for batch in ("off", "auto"):
+            track.case(f"grid of {len(cfg.runs())} runs, --batch {batch}, --jobs {jobs}")
+            times[batch] = _sweep(cfg, Path(tmp) / batch, batch, jobs)
+        same = _best(Path(tmp) / "off") == _best(Path(tmp) / "auto")
+        chosen_off = [r[2] for r in _best(Path(tmp) / "off")]
+        chosen_auto = [r[2] for r in _best(Path(tmp) / "auto")]
+        rows.append({
+            "kind": "grid", "runs": len(cfg.runs()), "sets": sets, "jobs": jobs,
+            "iters": cfg.base.get("iters"), "off_s": times["off"], "auto_s": times["auto"],
+            "same_choice": same, "chosen_off": chosen_off, "chosen_auto": chosen_auto,
+        })  # fmt: skip
+        track.rows(rows)
+    for name in sets:
+        track.case(f"step of one run vs a {BATCH}-run batch on {name}")
+        rows.append({"kind": "step", **step_times(name, 50 if quick else 300)})
+        track.rows(rows)
+    return rows
+
+
+def derive(rows: list[dict]) -> list[dict]:
+    """Add the ratios and the targets' verdicts."""
+    out = []
+    for r in rows:
+        r = dict(r)
+        if r.get("kind") == "grid":
+            r["speedup"] = r["off_s"] / r["auto_s"]
+            ok = r["speedup"] >= GRID_SPEEDUP
+            r["target"] = "met" if ok else f"MISSED (>= {GRID_SPEEDUP:g}x)"
+        elif r.get("kind") == "step":
+            r["share"] = r["batch_s"] / BATCH / r["single_s"]
+            ok = r["share"] <= STEP_SHARE
+            r["target"] = "met" if ok else f"MISSED (<= {STEP_SHARE:g})"
+        out.append(r)
+    return out
+
+
+def markdown(rows: list[dict]) -> str:
+    lines = []
+    for r in rows:
+        if r.get("kind") != "grid":
+            continue
+        lines += [
+            f"{r['runs']} runs ({', '.join(r['sets'])}; {r['iters']} iterations), "
+            f"--jobs {r['jobs']}:\n",
+            "| --batch off s | --batch auto s | off / auto | same multipliers chosen | "
+            "target (>= 5x) |",
+            "|---|---|---|---|---|",
+            f"| {r['off_s']:.1f} | {r['auto_s']:.1f} | {r['speedup']:.2f}x | "
+            f"{'yes' if r['same_choice'] else 'NO'} | {r['target']} |",
+            "",
+        ]
+    steps = [r for r in rows if r.get("kind") == "step"]
+    if steps:
+        lines += [
+            f"EF21 + Top-1, float64, n = 20, {torch.get_num_threads()} threads: one run's step "
+            f"against a {BATCH}-run batch's step / {BATCH}:\n",
+            "| set | engine | batch kernel | one run ms | batch ms | per run ms | per run / one "
+            "| target (<= 1/4) |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for r in steps:
+            lines.append(
+                f"| {r['set']} | {r['engine']} | {r['points_engine']} | "
+                f"{1e3 * r['single_s']:.3f} | {1e3 * r['batch_s']:.3f} | "
+                f"{1e3 * r['batch_s'] / BATCH:.3f} | {r['share']:.2f} | {r['target']} |"
+            )
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,203 @@
+"""Batched runs (:mod:`runner.batch`): runs that differ only in their step advance together and
+each equals the same run alone.
+
+- every method that declares ``batchable``: a batch of three steps, computed exactly, equals
+  the three runs alone bit for bit (every state field, every node's bits), and a method that
+  does not declare it (ADIANA, whose step enters its parameters) is caught by the same check;
+- through the runner: the histories of a batch equal the runs alone (bit for bit with
+  ``--exact``, to rounding with the one-pass gradients), a diverging run leaves the batch while
+  the others go on, a batched run's checkpoint resumes as a single run, and runs that differ in
+  a shared setting or a method that is not batchable are refused with a message;
+- the sweep: ``--batch auto`` chooses what ``--batch off`` chooses.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from algorithms.batching import for_runs
+from algorithms.registry import ALGORITHMS, usual_compressor, usual_options
+from comm import SimulatedComm
+from comm.batched import BatchedSimulatedComm
+from compressors import parse_spec
+from problems.batched import Tiled
+from problems.registry import make_problem
+from runner.api import run, run_batch
+from runner.batch import _run_state
+
+BATCHABLE = sorted(n for n, c in ALGORITHMS.items() if c.batchable)
+STEPS = 6
+MULTS = (1.0, 0.5, 0.25)
+
+
+def _instance(name: str):
+    problem = make_problem("quadratic", nodes=5, lam=0.2, dim=8, seed=1)
+    cls = ALGORITHMS[name]
+    spec, opts = usual_compressor(name, 3), usual_options(name)
+    try:
+        algo, _ = cls.configure(problem, parse_spec(spec), **opts)
+    except ValueError:  # no theory step on this problem: a fixed one
+        algo, _ = cls.configure(problem, parse_spec(spec), step=0.02, **opts)
+    return algo, problem
+
+
+def _difference(name: str) -> str | None:
+    """Where a batch of :data:`MULTS` steps differs from the runs alone (None: nowhere)."""
+    algo, problem = _instance(name)
+    gammas = [algo.gamma * m for m in MULTS]
+    R, n = len(gammas), problem.n
+    alone = []
+    for g in gammas:
+        one = dataclasses.replace(algo, gamma=g)
+        comm = SimulatedComm(n, seed=3)
+        state = one.init(problem.x0, problem, comm)
+        for _ in range(STEPS):
+            state, _ = one.step(state, problem, comm)
+        alone.append((state, comm.ledger))
+    reference = algo.init(problem.x0, problem, SimulatedComm(n, seed=3).scratch())
+    tiled = Tiled(problem, R, exact=True)
+    comm = BatchedSimulatedComm(n, R, 3, exact=True)
+    batch = for_runs(algo, gammas, n, problem.dtype)
+    state = batch.init(tiled.x0, tiled, comm)
+    for _ in range(STEPS):
+        state, _ = batch.step(state, tiled, comm)
+    for r, (single, ledger) in enumerate(alone):
+        mine = _run_state(state, reference, r, R, n)
+        for f in dataclasses.fields(single):
+            a, b = getattr(mine, f.name), getattr(single, f.name)
+            if isinstance(b, torch.Tensor):
+                if not (isinstance(a, torch.Tensor) and a.shape == b.shape and torch.equal(a, b)):
+                    return f"run {r}: {f.name}"
+            elif a != b:
+                return f"run {r}: {f.name}"
+        own = comm.run_comm(r).ledger
+        if not (torch.equal(own.up, ledger.up) and torch.equal(own.down, ledger.down)):
+            return f"run {r}: bits"
+    return None
+
+
+@pytest.mark.parametrize("name", BATCHABLE)
+def test_a_batch_equals_its_runs_alone_bit_for_bit(name):
+    assert _difference(name) is None
+
+
+def test_the_check_catches_a_method_whose_step_is_not_a_product():
+    # ADIANA's step enters its other parameters: one object cannot carry three steps
+    assert not ALGORITHMS["adiana"].batchable
+    assert _difference("adiana") is not None
+
+
+def test_many_methods_are_batchable():
+    assert {"ef21", "ef-sgd", "diana", "marina", "dasha"} <= set(BATCHABLE)
+
+
+# ---------------------------------------------------------------------- through the runner
+GLM = dict(problem="logreg-nonconvex", dataset="synthetic", nodes=6, iters=60, log_every=5,
+           problem_opt={"samples": 600, "features": 30, "density": 0.3})  # fmt: skip
+COLS = ["iter", "bits_up", "bits_down", "f", "grad_norm_sq", "bits_up_max"]
+
+
+def _alone(method, compressor, mult, **over):
+    return run(method, compressor, **{**GLM, **over}, step_mult=mult).history
+
+
+@pytest.mark.parametrize("method,compressor", [("ef21", "topk:k=2"), ("marina", "randk:k=3")])
+def test_runner_batch_exact_is_bit_for_bit_and_fast_mode_to_rounding(method, compressor):
+    mults = [1, 4, 32]
+    exact = run_batch(method, [{"step_mult": m} for m in mults], compressor=compressor,
+                      exact=True, **GLM)  # fmt: skip
+    fast = run_batch(method, [{"step_mult": m} for m in mults], compressor=compressor, **GLM)
+    for m, e, f in zip(mults, exact, fast, strict=True):
+        h = _alone(method, compressor, m)
+        extra = list(ALGORITHMS[method].reports)
+        pd.testing.assert_frame_equal(e.history[COLS + extra], h[COLS + extra], check_exact=True)
+        assert e.summary["reason"] == f.summary["reason"]
+        np.testing.assert_array_equal(f.history[["iter", "bits_up"]], h[["iter", "bits_up"]])
+        if e.summary["reason"] in ("completed", "stalled"):  # (rounding grows where f does)
+            logged = ["f", "grad_norm_sq"]
+            np.testing.assert_allclose(f.history[logged], h[logged], rtol=1e-10, atol=1e-14)
+        assert e.config["batch"] == {"runs": 3, "position": mults.index(m), "exact": True}
+
+
+def test_a_diverging_run_leaves_the_batch_and_the_others_go_on():
+    ls = {**GLM, "problem": "least-squares"}  # unbounded: a step far too large overflows
+    res = run_batch("ef21", [{"step_mult": 1}, {"step_mult": 1e6}, {"step_mult": 4}],
+                    compressor="topk:k=2", exact=True, **ls)  # fmt: skip
+    assert [r.summary["reason"] for r in res][1] == "diverged"
+    assert res[1].summary["iters"] < GLM["iters"]
+    assert res[1].status == 3
+    for r, m in ((res[0], 1), (res[2], 4)):
+        assert r.summary["iters"] == GLM["iters"]
+        alone = _alone("ef21", "topk:k=2", m, problem="least-squares")
+        pd.testing.assert_frame_equal(r.history[COLS], alone[COLS], check_exact=True)
+
+
+def test_each_run_keeps_its_own_stop_rule():
+    runs = [
+        {"step_mult": 4, "iters": 20},
+        {"step_mult": 4, "tol": 1e-3},
+        {"step_mult": 1, "iters": 60},
+    ]
+    shared = {k: v for k, v in GLM.items() if k != "iters"}
+    res = run_batch("ef21", runs, compressor="topk:k=2", exact=True, **shared)
+    assert res[0].summary["iters"] == 20 and res[0].summary["reason"] in ("completed", "stalled")
+    assert res[1].summary["reason"] == "tolerance"
+    assert res[2].summary["iters"] == 60
+
+
+def test_refusals_name_the_reason():
+    with pytest.raises(ValueError, match="seed"):
+        run_batch("ef21", [{"seed": 0}, {"seed": 1}], compressor="topk:k=2", **GLM)
+    with pytest.raises(ValueError, match="batchable"):
+        run_batch("adiana", [{"step_mult": 1}, {"step_mult": 2}], compressor="randk:k=3", **GLM)
+
+
+def test_the_command_line_batch_writes_folders_that_resume_alone(tmp_path):
+    base = ["ef21", "--compressor", "topk:k=2", "--problem", "logreg-nonconvex", "--dataset",
+            "synthetic", "--nodes", "6", "--problem-opt", "samples=600", "--iters", "40",
+            "--checkpoint-every", "20", "--quiet"]  # fmt: skip
+    runs = [[*base, "--step-mult", str(m), "--out", str(tmp_path / f"m{m}")] for m in (1, 8)]
+    listing = tmp_path / "batch.json"
+    listing.write_text(json.dumps({"runs": runs}))
+    cmd = [sys.executable, "-m", "algorithms.run"]
+    done = subprocess.run([*cmd, "--batch", str(listing), "--exact"], capture_output=True,
+                          text=True)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    more = subprocess.run([*cmd, "--resume", str(tmp_path / "m8"), "--iters", "60", "--quiet"],
+                          capture_output=True, text=True)  # fmt: skip
+    assert more.returncode == 0, more.stderr
+    alone = tmp_path / "alone"
+    single = [t for t in base if t not in ("--checkpoint-every", "20", "--iters", "40")]
+    one = subprocess.run([*cmd, *single, "--iters", "60", "--step-mult", "8", "--out",
+                          str(alone)], capture_output=True, text=True)  # fmt: skip
+    assert one.returncode == 0, one.stderr
+    a = pd.read_csv(tmp_path / "m8" / "history.csv")[COLS]
+    b = pd.read_csv(alone / "history.csv")[COLS]
+    pd.testing.assert_frame_equal(a, b, check_exact=True)
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"runs": "ef21"}')
+    refused = subprocess.run([*cmd, "--batch", str(bad)], capture_output=True, text=True)
+    assert refused.returncode == 2 and "not a batch file" in refused.stderr
+
+
+def test_grad_points_equals_the_gradients_at_each_point():
+    p = make_problem("logreg-nonconvex", dataset="synthetic", nodes=5, samples=500, features=20,
+                     density=0.4)  # fmt: skip
+    P = torch.randn(7, p.d, dtype=torch.float64) * 0.3
+    for engine in ("compiled", "library"):
+        p.points_engine = engine
+        G, L = p.grad_points(P, with_loss=True)
+        torch.testing.assert_close(G, torch.stack([p.grad(x) for x in P]), rtol=1e-12, atol=1e-14)
+        torch.testing.assert_close(L.mean(1), torch.stack([p.loss(x) for x in P]), rtol=1e-12,
+                                   atol=1e-14)  # fmt: skip
+    f, g = p.loss_grad_points(P)
+    torch.testing.assert_close(g, torch.stack([p.full_grad(x) for x in P]), rtol=1e-12,
+                               atol=1e-14)  # fmt: skip
