@@ -321,6 +321,18 @@ EXERCISED: dict[str, Use] = {
         "dist, root): the same study at one bandwidth with three methods; the full study is a "
         "command, not a test",
     ),
+    "python -m algorithms.run --batch FILE [--exact]": Use(
+        None,
+        where="test_the_command_line_batch_writes_folders_that_resume_alone "
+        "(tests/algorithms/test_batched_runs.py): a batch file of two runs, --exact, each "
+        "folder equal to the run alone and resumed alone",
+    ),
+    "python -m benchmarks --only grid": Use(
+        None,
+        where="test_grid_quick_on_one_set (tests/benchmarks/test_bench_grid.py, slow, LIBSVM): "
+        "the grid batched and one run per process on mushrooms, the same multipliers chosen",
+        marks=("slow",),
+    ),
     "python -m benchmarks [--quick] [--out DIR]": Use(
         [*PY, "benchmarks", "--quick", "--only", "compressors", "--out", "bench"],
         where="test_benchmarks_quick (slow)",

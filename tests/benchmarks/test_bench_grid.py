@@ -1,0 +1,45 @@
+"""``python -m benchmarks --only grid``: the ratios and verdicts on injected numbers, and (slow,
+with the LIBSVM sets) the grid itself on one set: batched and one run per process choose the
+same multipliers."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks import grid
+from benchmarks.paper import find_data
+
+
+def test_ratios_and_targets_on_injected_numbers():
+    rows = [
+        {"kind": "grid", "runs": 96, "sets": ["a9a"], "jobs": 2, "iters": 2000, "off_s": 150.0,
+         "auto_s": 25.0, "same_choice": True},
+        {"kind": "grid", "runs": 96, "sets": ["a9a"], "jobs": 2, "iters": 2000, "off_s": 150.0,
+         "auto_s": 60.0, "same_choice": False},
+        {"kind": "step", "set": "w8a", "single_s": 1e-3, "batch_s": 2.4e-3, "points_engine":
+         "compiled", "engine": "csr/2"},
+        {"kind": "step", "set": "a9a", "single_s": 1e-3, "batch_s": 6e-3, "points_engine":
+         "library", "engine": "csr/2"},
+    ]  # fmt: skip
+    out = grid.derive(rows)
+    assert out[0]["speedup"] == pytest.approx(6.0) and out[0]["target"] == "met"
+    assert out[1]["speedup"] == pytest.approx(2.5) and out[1]["target"].startswith("MISSED")
+    assert out[2]["share"] == pytest.approx(0.2) and out[2]["target"] == "met"
+    assert out[3]["share"] == pytest.approx(0.5) and out[3]["target"].startswith("MISSED")
+    text = grid.markdown(out)
+    assert "| 150.0 | 25.0 | 6.00x | yes | met |" in text
+    assert "| 150.0 | 60.0 | 2.50x | NO |" in text
+    assert "| w8a | csr/2 | compiled | 1.000 | 2.400 | 0.200 | 0.20 | met |" in text
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(find_data("mushrooms") is None, reason="the LIBSVM set mushrooms is absent")
+def test_grid_quick_on_one_set(monkeypatch):
+    monkeypatch.setattr(grid, "QUICK_SETS", ("mushrooms",))
+    monkeypatch.setattr(grid, "QUICK_ITERS", 100)
+    rows = grid.derive(grid.run(quick=True))
+    (g,) = [r for r in rows if r["kind"] == "grid"]
+    assert g["runs"] == 24 and g["same_choice"], g
+    assert g["off_s"] > 0 and g["auto_s"] > 0
+    (s,) = [r for r in rows if r["kind"] == "step"]
+    assert s["set"] == "mushrooms" and s["single_s"] > 0 and s["batch_s"] > 0
