@@ -56,9 +56,11 @@ DENSE_ANY_SIZE_ABOVE = 0.25
 BUDGET_S, MIN_CALLS, ROUNDS = 0.02, 3, 3
 #: A candidate whose first call takes this many times the best so far is dropped unmeasured.
 DROP_ABOVE = 4.0
-_VERSION = b"compzoo-engine-v2"
+_VERSION = b"compzoo-engine-v3"
 #: A measurement is memoised only below this 1-minute load average per core (see :func:`choose`).
 QUIET_LOAD = 0.5
+# ... and other processes busy on less than this share of the CPUs during the measurement
+QUIET_SHARE = 0.1
 
 
 @functools.cache
@@ -166,6 +168,36 @@ def measure(
     return {o: statistics.median(v) for o, v in times.items() if v}
 
 
+def cpu_clock() -> tuple[float, float, float] | None:
+    """``(wall, busy, own)`` now: wall seconds, the seconds every CPU has spent busy since boot
+    (``/proc/stat``, divided by the number of CPUs it counts) and this process's CPU seconds
+    per CPU; None where ``/proc/stat`` cannot be read. Two readings give the share of the CPUs
+    that other processes used in between (:func:`busy_elsewhere`)."""
+    try:
+        with open("/proc/stat") as fh:
+            lines = fh.read().splitlines()
+        vals = [int(v) for v in lines[0].split()[1:]]
+        cpus = sum(1 for ln in lines[1:] if ln.startswith("cpu"))
+        idle = vals[3] + (vals[4] if len(vals) > 4 else 0)  # idle and iowait
+        tick = os.sysconf("SC_CLK_TCK")
+        busy = (sum(vals[:8]) - idle) / tick / max(1, cpus)
+        return time.perf_counter(), busy, time.process_time() / max(1, cpus)
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+
+
+def busy_elsewhere(since: tuple[float, float, float] | None) -> float:
+    """The share of the CPUs that other processes kept busy since the reading ``since`` of
+    :func:`cpu_clock` (0 where none can be read): what a measurement then competed with. The
+    1-minute load average lags by a minute, so two runs that start measuring together on an
+    idle machine both see it low while each slows the other."""
+    now = cpu_clock()
+    if since is None or now is None or now[0] <= since[0]:
+        return 0.0
+    others = (now[1] - since[1]) - (now[2] - since[2])
+    return max(0.0, others / (now[0] - since[0]))
+
+
 def load_per_core() -> float:
     """The 1-minute load average per core (0 where the platform has none)."""
     try:
@@ -180,7 +212,8 @@ def choose(
 ) -> tuple[str, int]:  # fmt: skip
     """The fastest of ``options`` on this machine and input: memoised (kind ``engine``,
     keyed by :func:`machine` and ``key_parts``), else measured. A measurement is memoised only
-    when the machine was quiet (load per core below ``QUIET_LOAD`` before and after it): one
+    when the machine was quiet: load per core below ``QUIET_LOAD`` before and after it, and
+    other processes busy on less than ``QUIET_SHARE`` of the CPUs while it ran. One
     taken while other work shares the cores ranks the engines by that moment's contention (a
     two-thread engine can lose tenfold), so it serves this run and is taken again by the next
     until a quiet one can be kept."""
@@ -191,7 +224,9 @@ def choose(
     got = cache.load("engine", k, fields)
     if got is None:
         quiet = load_per_core() < QUIET_LOAD
+        clock = cpu_clock()
         times = measure(options, apply)
+        quiet = quiet and busy_elsewhere(clock) < QUIET_SHARE
         ranked = sorted(times, key=times.get)
         got = {
             "choice": np.array(options.index(ranked[0])),

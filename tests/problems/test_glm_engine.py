@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -30,6 +32,7 @@ def test_auto_measures_once_then_reads_the_memo(monkeypatch):
     seen = []
     real = glm_engine.measure
     monkeypatch.setattr(glm_engine, "load_per_core", lambda: 0.1)  # a quiet machine
+    monkeypatch.setattr(glm_engine, "busy_elsewhere", lambda since: 0.0)
 
     def spy(options, apply):
         seen.append(list(options))
@@ -65,9 +68,27 @@ def test_a_loaded_machine_measures_but_memoises_nothing(monkeypatch):
     assert glm_engine.choose(("loaded-input",), options, None) == ("csr-scipy", 1)
     assert len(calls) == 2  # measured each time, kept by none
     monkeypatch.setattr(glm_engine, "load_per_core", lambda: 0.1)
+    monkeypatch.setattr(glm_engine, "busy_elsewhere", lambda since: 0.6)  # a run beside it
+    glm_engine.choose(("loaded-input",), options, None)
+    assert len(calls) == 3  # the load average was low, but another process took the CPUs
+    monkeypatch.setattr(glm_engine, "busy_elsewhere", lambda since: 0.0)
     glm_engine.choose(("loaded-input",), options, None)
     glm_engine.choose(("loaded-input",), options, None)
-    assert len(calls) == 3  # quiet: measured once more, then read from the memo
+    assert len(calls) == 4  # quiet: measured once more, then read from the memo
+
+
+def test_busy_elsewhere_sees_another_process_on_the_cpus():
+    import subprocess
+    import sys
+
+    if glm_engine.cpu_clock() is None:
+        pytest.skip("no /proc/stat here")
+    clock = glm_engine.cpu_clock()
+    spin = subprocess.Popen([sys.executable, "-c", "import time\nt=time.time()\n"
+                             "while time.time() - t < 0.6: pass"])  # fmt: skip
+    spin.wait()
+    # one core of the machine's CPUs was busy in the other process for most of the window
+    assert glm_engine.busy_elsewhere(clock) > 0.2 / (os.cpu_count() or 1)
 
 
 def test_choose_keeps_the_fastest(monkeypatch):
