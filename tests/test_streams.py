@@ -113,3 +113,12 @@ def testcompiled_draws_equal_the_torch_form(dtype, monkeypatch):
     assert torch.equal(fast_u, s.uniform(65, dtype=dtype)) and fast_u.dtype == dtype
     for got, (d, k) in zip(fast_sets, ((1, 1), (13, 13), (100, 1), (2000, 37)), strict=True):
         assert torch.equal(got, s.subset(d, k))
+
+
+def test_a_one_element_subset_is_the_top_word_as_before():
+    """``subset(d, 1)`` takes the largest of the row's ``d`` words by ``argmax``: the index
+    ``topk`` (the general path) gives, so no run's draws changed with the shortcut."""
+    for seed in range(20):
+        st = Streams.for_nodes(seed, range(300), 5, 2)
+        want = torch.topk(st.bits64(57), 1, dim=1, sorted=False).indices
+        assert torch.equal(st.subset(57, 1), want)
