@@ -334,7 +334,7 @@ def _dense_points(A, b, rows, ptr, PT, code, with_loss, zero, out, lout):
 @_pjit
 def _sparse_points(
     indptr, indices, values, unit, b, rows, ptr, PT, code, with_loss, zero, out, lout
-):  # noqa: E501
+):
     d, R = PT.shape
     for i in _prange(ptr.size - 1):
         g = out[i]
