@@ -566,13 +566,15 @@ class GLM(Problem):
             )
             G, Lm = G.permute(2, 0, 1), Lm.T
         else:
-            G, Lm = self._library_points(P)
+            G, Lm = self._library_points(P, with_loss)
         out = G.contiguous().add_(self.reg_grad(P, self.lam)[:, None, :])
         if not with_loss:
             return out
         return out, Lm.contiguous().add_(self.reg(P, self.lam)[:, None])
 
-    def _library_points(self, P: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _library_points(
+        self, P: torch.Tensor, with_loss: bool
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         R, m, d = P.shape[0], self.m, self.d
         data = self._points_data()
         if data["X3"] is not None:
@@ -582,15 +584,17 @@ class GLM(Problem):
             bh, inv = self._bh.view(m, c, 1), self._inv_m.view(m, c, 1)
             U = self.dphi(Z, bh) * inv
             G = torch.matmul(X3.transpose(1, 2), U)  # (m, d, R)
-            Lm = (self.phi(Z, bh) * inv).sum(1)  # (m, R)
+            Lm = (self.phi(Z, bh) * inv).sum(1) if with_loss else None  # (m, R)
         else:
             Z = self._sparse_product(data["A"], P.T.contiguous())  # (N_held, R)
             bh, inv = self._bh[:, None], self._inv_m[:, None]
             U = self.dphi(Z, bh) * inv
             G = self._sparse_product(data["Bt"], U).view(m, d, R)
-            Lm = torch.zeros(m, R, dtype=self.dtype, device=self.device)
-            Lm.index_add_(0, self._local, self.phi(Z, bh) * inv)
-        return G.permute(2, 0, 1), Lm.T
+            Lm = None
+            if with_loss:
+                Lm = torch.zeros(m, R, dtype=self.dtype, device=self.device)
+                Lm.index_add_(0, self._local, self.phi(Z, bh) * inv)
+        return G.permute(2, 0, 1), None if Lm is None else Lm.T
 
     def _choose_points_engine(self, P: torch.Tensor) -> None:
         """Time the compiled kernel and the library products on ``P`` (after one untimed call

@@ -186,6 +186,87 @@ def _phi(code, z, b):
     return 0.5 * (z - b) * (z - b)
 
 
+if numba is not None:
+    from llvmlite import ir as _ir
+    from numba import types as _types
+    from numba.extending import intrinsic as _intrinsic
+
+    @_intrinsic
+    def _as_double(typingctx, bits):
+        """The float64 whose bits are the int64 ``bits``."""
+
+        def codegen(context, builder, signature, args):
+            return builder.bitcast(args[0], _ir.DoubleType())
+
+        return _types.float64(_types.int64), codegen
+
+    @_intrinsic
+    def _as_bits(typingctx, x):
+        """The int64 whose bits are the float64 ``x``."""
+
+        def codegen(context, builder, signature, args):
+            return builder.bitcast(args[0], _ir.IntType(64))
+
+        return _types.int64(_types.float64), codegen
+
+    # The kernels of many points at once: no Python error checks in the loops (a division
+    # check stops the loop over the points from vectorising); IEEE results instead.
+    _ppjit = numba.njit(fastmath=_FASTMATH, cache=True, nogil=True, parallel=True,
+                        error_model="numpy")  # fmt: skip
+    _pointjit = numba.njit(fastmath=_FASTMATH, cache=True, nogil=True, error_model="numpy")
+else:  # pragma: no cover
+    _ppjit = _pointjit = _pjit
+
+_LOG2E = 1.4426950408889634
+_LN2_HI = 6.93147180369123816490e-01  # ln 2 in two parts: k ln 2 is exact in the first
+_LN2_LO = 1.90821492927058770002e-10
+_TWO52 = 4503599627370496.0  # 2^52: adding it puts a small integer in a double's low bits
+
+
+@_inline
+def _exp(x):
+    """``exp(x)`` with no library call and no integer conversion, so that a loop of them
+    vectorises: ``x = k ln 2 + r`` with ``|r| <= ln 2 / 2``, ``exp(r)`` by its Taylor polynomial
+    to degree 13 (truncation below 2e-17), times ``2^k`` in two factors built from their bits
+    (``exp(709.7)`` finite, ``exp(710)`` inf, ``exp(-746)`` 0). Within one ulp of ``math.exp``
+    (measured: at most 1.0000006 ulp over 600,000 points); NaN stays NaN, ``exp(inf) = inf``,
+    ``exp(-inf) = 0``. A scalar ``exp`` per row and point was 40% of the kernels of many
+    points; this one makes them 25% faster (w8a, 12 points, one thread: 5.9 -> 4.4 ms)."""
+    y = 710.0 if x > 710.0 else x
+    y = -746.0 if y < -746.0 else y
+    k = math.floor(y * _LOG2E + 0.5)
+    r = y - k * _LN2_HI - k * _LN2_LO
+    p = 1.0 / 6227020800.0
+    p = p * r + 1.0 / 479001600.0
+    p = p * r + 1.0 / 39916800.0
+    p = p * r + 1.0 / 3628800.0
+    p = p * r + 1.0 / 362880.0
+    p = p * r + 1.0 / 40320.0
+    p = p * r + 1.0 / 5040.0
+    p = p * r + 1.0 / 720.0
+    p = p * r + 1.0 / 120.0
+    p = p * r + 1.0 / 24.0
+    p = p * r + 1.0 / 6.0
+    p = p * r + 0.5
+    p = p * r + 1.0
+    p = p * r + 1.0
+    half = math.floor(k * 0.5)
+    s1 = _as_double(_as_bits(k - half + 1023.0 + _TWO52) << 52)
+    s2 = _as_double(_as_bits(half + 1023.0 + _TWO52) << 52)
+    return p * s1 * s2
+
+
+@_inline
+def _dphi_points(code, z, b):
+    """:func:`_dphi` with :func:`_exp` (the kernels of many points at once)."""
+    if code == 0:
+        return -b / (1.0 + _exp(b * z))
+    if code == 2:
+        s = 1.0 / (1.0 + _exp(b * z))
+        return -2.0 * b * s * s / (1.0 + _exp(-b * z))
+    return z - b
+
+
 @_jit
 def _dense_dot(a, x, zero):
     s = zero
@@ -300,77 +381,87 @@ def _sparse_margins(indptr, indices, values, unit, rows, ptr, X, x_shared, zero,
                 z[j] = s
 
 
-@_pjit
-def _dense_points(A, b, rows, ptr, PT, code, with_loss, zero, out, lout):
+@_pointjit
+def _dense_points_node(A, b, rows, lo, hi, PT, code, with_loss, zero, g, lsum, z):
+    """One node's dense rows at every point (see :func:`_sparse_points_node`)."""
     d, R = PT.shape
+    g[:, :] = zero
+    lsum[:] = zero
+    inv = 1.0 / (hi - lo)
+    for j in range(lo, hi):
+        row = rows[j]
+        a = A[row]
+        z[:] = zero
+        for k in range(d):
+            ak, q = a[k], PT[k]
+            for r in range(R):
+                z[r] += ak * q[r]
+        if with_loss:
+            for r in range(R):
+                lsum[r] += _phi(code, z[r], b[row]) * inv
+        for r in range(R):
+            z[r] = _dphi_points(code, z[r], b[row]) * inv
+        for k in range(d):
+            ak, q = a[k], g[k]
+            for r in range(R):
+                q[r] += ak * z[r]
+
+
+@_ppjit
+def _dense_points(A, b, rows, ptr, PT, code, with_loss, zero, out, lout):
+    R = PT.shape[1]
     for i in _prange(ptr.size - 1):
-        g = out[i]
-        g[:, :] = zero
-        lo, hi = ptr[i], ptr[i + 1]
-        inv = 1.0 / (hi - lo)
         z = np.empty(R, dtype=PT.dtype)
-        lsum = lout[i]
-        lsum[:] = zero
-        for j in range(lo, hi):
-            row = rows[j]
-            a = A[row]
-            for r in range(R):
-                z[r] = zero
-            for k in range(d):
-                ak = a[k]
-                for r in range(R):
-                    z[r] += ak * PT[k, r]
-            if with_loss:
-                for r in range(R):
-                    lsum[r] += _phi(code, z[r], b[row]) * inv
-            for r in range(R):
-                z[r] = _dphi(code, z[r], b[row]) * inv
-            for k in range(d):
-                ak = a[k]
-                for r in range(R):
-                    g[k, r] += ak * z[r]
+        _dense_points_node(A, b, rows, ptr[i], ptr[i + 1], PT, code, with_loss, zero, out[i],
+                           lout[i], z)  # fmt: skip
 
 
-@_pjit
+@_pointjit
+def _sparse_points_node(indptr, indices, values, unit, b, rows, lo, hi, PT, code, with_loss,
+                        zero, g, lsum, z):  # fmt: skip
+    """One node's rows at every point (a function of its own, compiled outside the parallel
+    loop, so that the loops over the points vectorise)."""
+    R = z.size
+    g[:, :] = zero
+    lsum[:] = zero
+    inv = 1.0 / (hi - lo)
+    for j in range(lo, hi):
+        row = rows[j]
+        p0, p1 = indptr[row], indptr[row + 1]
+        z[:] = zero
+        if unit:
+            for p in range(p0, p1):
+                q = PT[indices[p]]  # the coordinate's values at the R points, side by side
+                for r in range(R):
+                    z[r] += q[r]
+        else:
+            for p in range(p0, p1):
+                q, v = PT[indices[p]], values[p]
+                for r in range(R):
+                    z[r] += v * q[r]
+        if with_loss:
+            for r in range(R):
+                lsum[r] += _phi(code, z[r], b[row]) * inv
+        for r in range(R):
+            z[r] = _dphi_points(code, z[r], b[row]) * inv
+        if unit:
+            for p in range(p0, p1):
+                q = g[indices[p]]
+                for r in range(R):
+                    q[r] += z[r]
+        else:
+            for p in range(p0, p1):
+                q, v = g[indices[p]], values[p]
+                for r in range(R):
+                    q[r] += v * z[r]
+
+
+@_ppjit
 def _sparse_points(
     indptr, indices, values, unit, b, rows, ptr, PT, code, with_loss, zero, out, lout
 ):
-    d, R = PT.shape
+    R = PT.shape[1]
     for i in _prange(ptr.size - 1):
-        g = out[i]
-        g[:, :] = zero
-        lo, hi = ptr[i], ptr[i + 1]
-        inv = 1.0 / (hi - lo)
         z = np.empty(R, dtype=PT.dtype)
-        lsum = lout[i]
-        lsum[:] = zero
-        for j in range(lo, hi):
-            row = rows[j]
-            p0, p1 = indptr[row], indptr[row + 1]
-            for r in range(R):
-                z[r] = zero
-            if unit:
-                for p in range(p0, p1):
-                    c = indices[p]
-                    for r in range(R):
-                        z[r] += PT[c, r]
-            else:
-                for p in range(p0, p1):
-                    c, v = indices[p], values[p]
-                    for r in range(R):
-                        z[r] += v * PT[c, r]
-            if with_loss:
-                for r in range(R):
-                    lsum[r] += _phi(code, z[r], b[row]) * inv
-            for r in range(R):
-                z[r] = _dphi(code, z[r], b[row]) * inv
-            if unit:
-                for p in range(p0, p1):
-                    c = indices[p]
-                    for r in range(R):
-                        g[c, r] += z[r]
-            else:
-                for p in range(p0, p1):
-                    c, v = indices[p], values[p]
-                    for r in range(R):
-                        g[c, r] += v * z[r]
+        _sparse_points_node(indptr, indices, values, unit, b, rows, ptr[i], ptr[i + 1], PT,
+                            code, with_loss, zero, out[i], lout[i], z)  # fmt: skip

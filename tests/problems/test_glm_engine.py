@@ -145,3 +145,33 @@ def test_the_run_records_its_engine(tmp_path):
     assert res.config["problem"]["engine"] in {
         glm_engine.describe(e, t) for e in glm_engine.ENGINES for t in (1, 2, 4, 8, 16)
     }
+
+
+def test_the_points_kernels_exp_is_within_one_ulp_and_ieee_at_the_edges():
+    """The branch-free ``exp`` of the kernels of many points (``glm_kernels._exp``): within
+    1.01 ulp of NumPy's on normal results, and inf, 0 and NaN where ``exp`` gives them."""
+    import numba
+    import numpy as np
+
+    from problems import glm_kernels
+
+    if glm_kernels.numba is None:
+        pytest.skip("numba is absent")
+
+    @numba.njit
+    def run(x, out):
+        for i in range(x.size):
+            out[i] = glm_kernels._exp(x[i])
+
+    rng = np.random.default_rng(0)
+    x = np.concatenate([rng.normal(0, 30, 200_000), rng.uniform(-745, 709, 100_000)])
+    edges = np.array([np.nan, np.inf, -np.inf, 709.7, 710.0, 800.0, -746.0, -800.0, 0.0])
+    got, got_edges = np.empty_like(x), np.empty_like(edges)
+    run(x, got)
+    run(edges, got_edges)
+    with np.errstate(over="ignore"):
+        want, want_edges = np.exp(x), np.exp(edges)
+    normal = want > np.finfo(np.float64).tiny
+    ulps = np.abs(got[normal] - want[normal]) / (want[normal] * np.finfo(np.float64).eps)
+    assert ulps.max() <= 1.01
+    np.testing.assert_array_equal(got_edges, want_edges)
