@@ -53,7 +53,7 @@ DATA_KNOBS: dict[str, tuple[Any, str]] = {
     "storage": ("auto", "gradients' engine: auto (the fastest, measured on this machine and data "
                 "and memoised; small data: dense above 1/4 non-zeros), dense, csr (compiled "
                 "kernels), dense-torch, csr-torch (torch's products), csr-scipy, csc-scipy "
-                "(SciPy's sparse products)"),
+                "(SciPy's sparse products), dense-numpy (NumPy's BLAS on a padded stack)"),
     "threads": ("auto", "threads of the gradients: auto (measured with the engine: 1 or torch's "
                 "count) or a positive integer"),
     "server_rows": (0, "rows drawn at random (seeded) for the server's own data, held out of the "
@@ -127,7 +127,8 @@ class GLM(Problem):
         (:meth:`server_grad`), or None. ``storage``: the gradients' engine
         (:mod:`problems.glm_engine`): ``auto`` times the candidates on this data and machine
         and keeps the fastest (memoised), or one of ``dense``, ``csr`` (compiled kernels),
-        ``dense-torch``, ``csr-torch`` (torch's products); data with at most
+        ``dense-torch``, ``csr-torch`` (torch's products), ``csr-scipy``, ``csc-scipy``
+        (SciPy's) or ``dense-numpy`` (NumPy's BLAS); data with at most
         ``MEASURE_ABOVE`` stored entries take the rule, dense above ``DENSE_ABOVE`` non-zeros.
         ``threads``: the gradients' thread count, ``auto`` (measured with the engine, or
         torch's count by the rule) or a positive integer. The maths is the same, the rounding
@@ -223,7 +224,10 @@ class GLM(Problem):
             engine += "-torch"  # no kernels for this loss, dtype or device: torch's products
         if engine.endswith("-scipy") and not self._scipy_ok:
             engine = "csr-torch"  # SciPy works on CPU float32/float64 arrays only
-        self.dense = engine in ("dense", "dense-torch")
+        if engine == "dense-numpy" and not self._scipy_ok:
+            engine = "dense-torch"  # NumPy's BLAS: CPU float32/float64 arrays only
+        self._numpy = engine == "dense-numpy"
+        self.dense = engine in ("dense", "dense-torch", "dense-numpy")
         self._points = self._points_k = None
         self._kernels = engine in ("dense", "csr")
         self._scipy = {"csr-scipy": "csr", "csc-scipy": "csc"}.get(engine)
@@ -345,6 +349,7 @@ class GLM(Problem):
         self._inv_m = (1.0 / torch.from_numpy(counts).to(dev, dt))[self._local]
         self._B = self._Bt = self._Xh = self._X3 = self._XhT = self._S = None
         self._points = None  # the products with many right-hand sides (grad_points), built once
+        self._np = None  # dense-numpy: the held rows as a padded (m, c, d) NumPy stack
         self._points_k = None  # the compiled kernels' data for grad_points on a library engine
         self._krows = torch.from_numpy(rows.astype(np.int64))
         self._ptr = torch.from_numpy(np.concatenate([[0], np.cumsum(counts)]).astype(np.int64))
@@ -363,6 +368,8 @@ class GLM(Problem):
                 "A": shared.tocsc() if self._scipy == "csc" else shared,
             }
             return
+        if self._numpy:
+            self._np = self._numpy_stack(counts)
         self._B = _torch_csr(B, dt, dev)
         self._Bt = _torch_csr(B.T.tocsr(), dt, dev)
         # Dense data: the held rows as an (N_held, d) matrix, and as (m, c, d) when every held
@@ -418,10 +425,40 @@ class GLM(Problem):
         out = torch.zeros(self.m, dtype=self.dtype, device=self.device)
         return out.index_add_(0, self._local, per) + self.reg(X, self.lam)
 
+    def _numpy_stack(self, counts: np.ndarray) -> dict[str, Any]:
+        """The ``dense-numpy`` engine's data: the held rows as an ``(m, c, d)`` NumPy stack,
+        each node padded to ``c = max m_i`` rows with zero rows whose labels and weights are
+        zero (so they add nothing), what a researcher's vectorized script multiplies by BLAS."""
+        m, c, d = counts.size, int(counts.max()), self.d
+        P = torch.zeros(m, c, d, dtype=self.dtype)
+        pad = torch.arange(c)[None, :] < torch.from_numpy(counts)[:, None]
+        P[pad] = self._Ad[torch.from_numpy(self._krows.numpy())].cpu()
+        bP = torch.zeros(m, c, dtype=self.dtype)
+        wP = torch.zeros(m, c, dtype=self.dtype)
+        bP[pad], wP[pad] = self._bh.cpu(), self._inv_m.cpu()
+        Pn = P.numpy()
+        return {"P": Pn, "P2": Pn.reshape(m * c, d), "b": bP, "w": wP, "c": c}
+
+    def _numpy_grad(self, X: torch.Tensor) -> torch.Tensor:
+        """Every held node's gradient by NumPy's BLAS on the padded stack: margins by one
+        GEMV (one point) or a batched GEMV (a point per node), sums by a batched GEMV."""
+        S = self._np
+        m, c = self.m, S["c"]
+        with glm_engine.blas_threads(self.threads):
+            if X.shape[0] == 1 or X.stride(0) == 0:
+                z = (S["P2"] @ X[0].detach().numpy()).reshape(m, c)
+            else:
+                z = np.matmul(S["P"], X.detach().contiguous().numpy()[:, :, None])[:, :, 0]
+            u = (self.dphi(torch.from_numpy(z), S["b"]) * S["w"]).numpy()
+            G = np.matmul(u[:, None, :], S["P"])[:, 0, :]
+        return torch.from_numpy(np.ascontiguousarray(G)).add_(self._reg_grad_rows(X))
+
     @_on_threads
     def _grad(self, X: torch.Tensor) -> torch.Tensor:
         if self._kernels:
             return self._kernel_grad(X, self._krows, self._ptr)
+        if self._np is not None:
+            return self._numpy_grad(X)
         u = self.dphi(self._margins(X), self._bh) * self._inv_m
         if self._X3 is not None:
             G = torch.bmm(u.view(self.m, 1, -1), self._X3).squeeze(1)

@@ -1,10 +1,12 @@
 """The GLM gradient's engine, chosen by measurement on the machine at hand.
 
-A GLM's gradient can run on six engines: the compiled kernels (:mod:`problems.glm_kernels`) on
+A GLM's gradient can run on seven engines: the compiled kernels (:mod:`problems.glm_kernels`) on
 dense rows or on CSR rows, torch's own products (batched dense BLAS, or a sparse product of the
-block-diagonal design), or SciPy's sparse products (margins by one CSR or CSC product, sums by the
-transposed block-diagonal design), each on any number of threads. Which is fastest depends on the
-data (density, rows per node, ``d``), the dtype, the CPU and how loaded it is: on a shared 2-core
+block-diagonal design), SciPy's sparse products (margins by one CSR or CSC product, sums by the
+transposed block-diagonal design), or NumPy's BLAS on the rows as a padded dense stack (what a
+researcher's vectorized script does: ``dense-numpy``), each on any number of threads. Which is
+fastest depends on the data (density, rows per node, ``d``), the dtype, the CPU and how loaded it
+is: on a shared 2-core
 machine one thread beats two for the small LIBSVM sets, and a fixed density threshold tuned on one
 CPU loses on the next. So ``storage=auto`` (the default) times the candidates on the problem's own
 data at set-up and keeps the fastest; ``storage=NAME`` (and ``threads=N``) forces one. The choice
@@ -42,7 +44,7 @@ __all__ = ["ENGINES", "STORAGES", "choose", "describe", "machine", "parse", "thr
 #: The engines: the compiled kernels on dense or CSR rows, torch's dense or sparse products,
 #: SciPy's sparse products (margins by a CSR or a CSC product at a shared point, sums by the
 #: transposed block-diagonal CSR: what a researcher's vectorized script does).
-ENGINES = ("dense", "csr", "dense-torch", "csr-torch", "csr-scipy", "csc-scipy")
+ENGINES = ("dense", "csr", "dense-torch", "csr-torch", "csr-scipy", "csc-scipy", "dense-numpy")
 STORAGES = ("auto", *ENGINES)
 #: Dense candidates are tried from this density (below it a dense pass reads twenty times the
 #: entries a sparse one does, which no CPU here repays) up to this many entries (float64:
@@ -108,6 +110,7 @@ def candidates(storage: str, dense_ok: bool, compiled: bool, scipy_ok: bool = Tr
     out += ["dense"] if compiled and dense_ok else []
     out += ["csr-torch"] + (["dense-torch"] if dense_ok else [])
     out += ["csr-scipy", "csc-scipy"] if scipy_ok else []
+    out += ["dense-numpy"] if scipy_ok and dense_ok else []
     return out
 
 
@@ -132,6 +135,24 @@ def threads_used(n: int | None) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(before)
+
+
+_BLAS: list = []  # threadpoolctl's handle on NumPy's BLAS, made when first needed
+
+
+@contextlib.contextmanager
+def blas_threads(n: int | None) -> Iterator[None]:
+    """Run the body with NumPy's BLAS on ``n`` threads (the ``dense-numpy`` engine), then
+    restore; a no-op when ``n`` is None."""
+    if n is None:
+        yield
+        return
+    if not _BLAS:
+        from threadpoolctl import ThreadpoolController
+
+        _BLAS.append(ThreadpoolController().select(user_api="blas"))
+    with _BLAS[0].limit(limits=n):
+        yield
 
 
 def _time(call: Callable[[], object]) -> float:

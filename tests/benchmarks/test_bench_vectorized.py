@@ -202,7 +202,7 @@ def test_report_has_the_vectorized_columns():
     text = report.paper_markdown(out[:1])
     assert "| vectorized ms | vectorized/compzoo | vectorized storage |" in text
     assert "| 1 | 0.50x | csr |" in text
-    engines = "| a9a | 2 | 1 | 4 | 4 | 4 | 4 | csr | csr | yes |"
+    engines = "| a9a | 2 | 1 | 4 | 4 | 4 | 4 | 4 | csr | csr | yes |"
     assert engines + " 0.5 | 0.75 | 1.5 | 1.25 | csr |" in text
     assert set(report.VEC_STORAGES) == set(VARIANTS)
     assert "| nan | nanx | - |" in report.paper_markdown(out[1:])
