@@ -102,6 +102,11 @@ class BatchedSimulatedComm(SimulatedComm):
     def rows_of(self, r: int) -> slice:
         return slice(r * self.n, (r + 1) * self.n)
 
+    def bits_up_per_run(self) -> torch.Tensor:
+        """Each run's uplink bits per node so far (the mean over its nodes), ``(R,)`` float64:
+        what a stop rule on bits reads after every step, for all runs at once."""
+        return self.ledger.up.double().view(self.runs, self.n).mean(dim=1)
+
     def run_comm(self, r: int) -> SimulatedComm:
         """Run ``r``'s own comm layer: its nodes' ledger (a copy), as a single run holds it."""
         one = SimulatedComm(self.n, seed=self.seed, float_bits=self.float_bits)

@@ -355,10 +355,7 @@ class GLM(Problem):
         self._ptr = torch.from_numpy(np.concatenate([[0], np.cumsum(counts)]).astype(np.int64))
         if self._kernels:  # the kernels read the held rows in place: no copy of the data
             return
-        sub = self._A64[rows]
-        nz_local = np.repeat(local, np.diff(sub.indptr))
-        cols = sub.indices.astype(np.int64) + self.d * nz_local
-        B = sp.csr_matrix((sub.data, cols, sub.indptr), shape=(rows.size, nodes.size * self.d))
+        sub, B = self._block_design(rows, local)
         if self._scipy:  # SciPy's sparse products on the held rows, in the problem's dtype
             npdt = np.float32 if dt == torch.float32 else np.float64
             shared = sub.astype(npdt)
@@ -531,6 +528,16 @@ class GLM(Problem):
         return G.reshape(self.m, self.d).add_(self._reg_grad_rows(X))
 
     # ------------------------------------------------------------------ many points at once
+    def _block_design(self, rows: np.ndarray, local: np.ndarray) -> tuple[sp.csr_matrix, Any]:
+        """The held rows ``rows`` (node ``local[j]`` owns row ``j``) as a CSR matrix, and the
+        block-diagonal design ``B`` (row ``j`` in node ``local[j]``'s column block), whose
+        transpose sums each node's rows."""
+        sub = self._A64[rows]
+        nz_local = np.repeat(local, np.diff(sub.indptr))
+        cols = sub.indices.astype(np.int64) + self.d * nz_local
+        B = sp.csr_matrix((sub.data, cols, sub.indptr), shape=(rows.size, self.m * self.d))
+        return sub, B
+
     def _points_data(self) -> dict[str, Any]:
         """What :meth:`grad_points` and :meth:`loss_grad_points` multiply by, built once in the
         problem's dtype: SciPy's CSR of the held rows and the block-diagonal transpose (node
@@ -539,20 +546,14 @@ class GLM(Problem):
         each product is one batched GEMM."""
         if self._points is not None:
             return self._points
-        nodes = self.nodes.cpu().numpy()
-        starts, counts = self._offsets64[nodes], np.diff(self._offsets64)[nodes]
-        rows = np.concatenate([np.arange(s, s + c) for s, c in zip(starts, counts, strict=True)])
+        rows, counts = self._krows.numpy(), np.diff(self._ptr.numpy())
         npdt = np.float32 if self.dtype == torch.float32 else np.float64
         out: dict[str, Any] = {"X3": None, "A": None, "Bt": None}
         if self.dense and (counts == counts[0]).all() and self._Ad is not None:
-            held = self._Ad[torch.from_numpy(rows).to(self.device)]
-            out["X3"] = held.view(nodes.size, int(counts[0]), self.d)
+            held = self._Ad[self._krows.to(self.device)]
+            out["X3"] = held.view(self.m, int(counts[0]), self.d)
         else:
-            sub = self._A64[rows]
-            local = np.repeat(np.arange(nodes.size), counts)
-            nz_local = np.repeat(local, np.diff(sub.indptr))
-            cols = sub.indices.astype(np.int64) + self.d * nz_local
-            B = sp.csr_matrix((sub.data, cols, sub.indptr), shape=(rows.size, nodes.size * self.d))
+            sub, B = self._block_design(rows, self._local.cpu().numpy())
             out["A"] = sub.astype(npdt)
             out["Bt"] = B.T.tocsr().astype(npdt)
         if not self.dense:

@@ -175,7 +175,7 @@ def run_batch(
     cls = get_algorithm(method)
     arg_list, keeps, writes = [], [], []
     for own in runs:
-        given = dict(shared, **own, quiet=quiet)
+        given = {**shared, **own, "quiet": quiet}
         if compressor is not None:
             given["compressor"] = compressor
         if problem is not None:

@@ -244,6 +244,8 @@ def _loop(algo, cls, gammas, problem, runs, n, stop, write, announce, exact) -> 
             if due:
                 record(t, due, info.extras)
             ended: dict[int, str] = {}
+            capped = any(runs[r].args.max_bits is not None for r in active)
+            spent = comm.bits_up_per_run().tolist() if capped else None
             for p, r in enumerate(active):
                 run, args = runs[r], runs[r].args
                 if p in due:
@@ -255,7 +257,7 @@ def _loop(algo, cls, gammas, problem, runs, n, stop, write, announce, exact) -> 
                         ended[p] = "tolerance"
                         continue
                 if args.max_bits is not None:
-                    if comm.run_comm(p).bits_totals()["bits_up"] >= args.max_bits:
+                    if spent[p] >= args.max_bits:
                         if run.last["iter"] != t:
                             record(t, [p], info.extras)
                         ended[p] = "max_bits"

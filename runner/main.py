@@ -141,6 +141,11 @@ def _run_batch(tokens: list[str], stop: StopSignals) -> int:
     the same parser as a command line. Exit status: as one run's, the worst of the runs'."""
     import json
 
+    if "WORLD_SIZE" in os.environ and "RANK" in os.environ:
+        print("error: --batch runs its runs as one simulation in this process; under torchrun "
+              "run each run on its own (python -m algorithms.run ALGORITHM ...)",
+              file=sys.stderr)  # fmt: skip
+        return EXIT_BAD_INPUT
     exact = "--exact" in tokens
     rest = [t for t in tokens if t != "--exact"]
     if len(rest) != 1:
@@ -151,10 +156,12 @@ def _run_batch(tokens: list[str], stop: StopSignals) -> int:
     try:
         spec = json.loads(path.read_text())
         runs = spec["runs"]
-        if not isinstance(runs, list) or not all(
-            isinstance(a, list) and all(isinstance(t, str) for t in a) for a in runs
+        if (
+            not isinstance(runs, list)
+            or not runs
+            or not all(isinstance(a, list) and all(isinstance(t, str) for t in a) for a in runs)
         ):
-            raise ValueError("runs must be a list of argument lists (strings)")
+            raise ValueError("runs must be a non-empty list of argument lists (strings)")
     except (OSError, ValueError, KeyError, TypeError) as e:
         print(f"error: --batch {str(path)!r}: not a batch file ({e}); it must hold "
               '{"runs": [["ef21", "--step-mult", "2", "--out", "DIR", ...], ...]}',

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import subprocess
 import sys
 
@@ -140,6 +141,16 @@ def test_a_diverging_run_leaves_the_batch_and_the_others_go_on():
         pd.testing.assert_frame_equal(r.history[COLS], alone[COLS], check_exact=True)
 
 
+def test_a_bits_budget_stops_each_run_at_its_own_cap():
+    alone = run("ef21", "topk:k=2", **GLM, step_mult=2, max_bits=600)
+    res = run_batch("ef21", [{"step_mult": 2, "max_bits": 600}, {"step_mult": 2}],
+                    compressor="topk:k=2", exact=True, **GLM)  # fmt: skip
+    assert res[0].summary["reason"] == alone.summary["reason"] == "max_bits"
+    assert res[0].summary["iters"] == alone.summary["iters"] < GLM["iters"]
+    assert res[0].final["bits_up"] == alone.final["bits_up"] >= 600
+    assert res[1].summary["iters"] == GLM["iters"]
+
+
 def test_each_run_keeps_its_own_stop_rule():
     runs = [
         {"step_mult": 4, "iters": 20},
@@ -182,10 +193,20 @@ def test_the_command_line_batch_writes_folders_that_resume_alone(tmp_path):
     a = pd.read_csv(tmp_path / "m8" / "history.csv")[COLS]
     b = pd.read_csv(alone / "history.csv")[COLS]
     pd.testing.assert_frame_equal(a, b, check_exact=True)
-    bad = tmp_path / "bad.json"
-    bad.write_text('{"runs": "ef21"}')
-    refused = subprocess.run([*cmd, "--batch", str(bad)], capture_output=True, text=True)
-    assert refused.returncode == 2 and "not a batch file" in refused.stderr
+    for text in ('{"runs": "ef21"}', '{"runs": []}', "[1, 2", '{"other": 1}'):
+        bad = tmp_path / "bad.json"
+        bad.write_text(text)
+        refused = subprocess.run([*cmd, "--batch", str(bad)], capture_output=True, text=True)
+        assert refused.returncode == 2 and "not a batch file" in refused.stderr, text
+        assert "Traceback" not in refused.stderr
+    under_torchrun = dict(os.environ, WORLD_SIZE="2", RANK="0")
+    refused = subprocess.run([*cmd, "--batch", str(listing)], capture_output=True, text=True,
+                             env=under_torchrun)  # fmt: skip
+    assert refused.returncode == 2 and "under torchrun" in refused.stderr
+    twice = tmp_path / "twice.json"  # two runs into one folder
+    twice.write_text(json.dumps({"runs": [runs[0], runs[0]]}))
+    refused = subprocess.run([*cmd, "--batch", str(twice)], capture_output=True, text=True)
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
 
 
 def test_grad_points_equals_the_gradients_at_each_point():
