@@ -26,7 +26,40 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-__all__ = ["CommHook", "HookStats", "Timer"]
+__all__ = ["Collective", "CommHook", "HookStats", "Timer", "itemsize", "numel_of"]
+
+KINDS = ("allreduce", "allgather")
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One collective a hook issues for a bucket: its kind and the payload bytes this worker
+    hands to it (``numel * element_size``; for ``allgather`` the bytes of this worker's own
+    message). ``data_dependent``: the size depends on the gradient's values (a threshold, an
+    adaptive selection), so ``nbytes`` is the hook's nominal size, not an exact count."""
+
+    kind: str
+    nbytes: int
+    data_dependent: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"Collective: kind must be one of {KINDS}, got {self.kind!r}")
+        if not isinstance(self.nbytes, int) or self.nbytes < 0:
+            raise ValueError(f"Collective: nbytes must be an integer >= 0, got {self.nbytes!r}")
+
+
+def numel_of(shape: tuple[int, ...]) -> int:
+    """The number of elements of a tensor of this ``shape``."""
+    out = 1
+    for k in shape:
+        out *= int(k)
+    return out
+
+
+def itemsize(dtype: torch.dtype) -> int:
+    """Bytes of one element of ``dtype``."""
+    return torch.empty((), dtype=dtype).element_size()
 
 
 @dataclass
@@ -104,6 +137,18 @@ class CommHook:
     def reduce(self, bucket: dist.GradBucket) -> torch.futures.Future:
         """The bucket's flat gradient averaged over the workers, as a future."""
         raise NotImplementedError
+
+    def plan(
+        self,
+        shapes: list[tuple[int, ...]],
+        world_size: int,
+        dtype: torch.dtype = torch.float32,
+    ) -> list[Collective]:
+        """The collectives this hook issues, in order, for one bucket holding gradients of these
+        ``shapes`` and ``dtype`` on ``world_size`` workers, at a compressed step (after any
+        warm-up of plain all-reduces). The hook's own declaration, read by the performance
+        model (:mod:`systems.model`); the tests hold it to what the hook actually issues."""
+        raise NotImplementedError(f"hook {self.name!r} does not declare its collectives")
 
     # --- helpers for subclasses -------------------------------------------------------------
     @staticmethod

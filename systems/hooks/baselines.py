@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from comm.hooks import CommHook
+from comm.hooks import Collective, CommHook, itemsize, numel_of
 
 __all__ = ["AllReduce", "HalfAllReduce", "FP16", "BF16"]
 
@@ -29,6 +29,9 @@ class AllReduce(CommHook):
             buf = bucket.buffer()
             buf.div_(self.world_size)
         return self.allreduce_future(buf).then(lambda fut: fut.value()[0])
+
+    def plan(self, shapes, world_size, dtype=torch.float32):
+        return [Collective("allreduce", sum(numel_of(s) for s in shapes) * itemsize(dtype))]
 
 
 class HalfAllReduce(CommHook):
@@ -49,6 +52,10 @@ class HalfAllReduce(CommHook):
             return buf
 
         return fut.then(back)
+
+    def plan(self, shapes, world_size, dtype=torch.float32):
+        numel = sum(numel_of(s) for s in shapes)
+        return [Collective("allreduce", numel * itemsize(self.wire_dtype))]
 
 
 class FP16(HalfAllReduce):

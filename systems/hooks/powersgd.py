@@ -52,7 +52,7 @@ import torch
 import torch.distributed as dist
 
 from comm.error_feedback import Memory, compensate_, residual_
-from comm.hooks import CommHook
+from comm.hooks import Collective, CommHook, itemsize, numel_of
 from compressors.rank_r import gram_schmidt_
 from systems.hooks.registry import register
 
@@ -124,6 +124,27 @@ class PowerSGD(CommHook):
         n, m = g.shape[0], g[0].numel()
         r = min(n, m, self.rank_r)
         return (n + m) * r * self.min_compression_rate < n * m
+
+    def plan(self, shapes, world_size, dtype=torch.float32):
+        """The raw (uncompressed) layers' all-reduce, then ``P``'s, then ``Q``'s: each of the
+        compressed layers ``(n, m)`` adds ``n r`` to ``P`` and ``m r`` to ``Q``."""
+        size = itemsize(dtype)
+        raw = p_len = q_len = 0
+        for shape in shapes:
+            if len(shape) < 2:
+                raw += numel_of(shape)
+                continue
+            n, m = int(shape[0]), numel_of(shape[1:])
+            r = min(n, m, self.rank_r)
+            if (n + m) * r * self.min_compression_rate < n * m:
+                p_len += n * r
+                q_len += m * r
+            else:
+                raw += n * m
+        out = [Collective("allreduce", raw * size)] if raw else []
+        if p_len:
+            out += [Collective("allreduce", p_len * size), Collective("allreduce", q_len * size)]
+        return out
 
     def reduce(self, bucket: dist.GradBucket) -> torch.futures.Future:
         buf = bucket.buffer()
