@@ -82,7 +82,7 @@ def round_encode(x: torch.Tensor, h: float, keys, random: bool, escape: int):
     ``|level|``)."""
     x = x.detach().contiguous()
     m, d = x.shape
-    levels = torch.empty(m, d, dtype=torch.int64)
+    levels = torch.empty(m, d, dtype=torch.int32)  # |level| < 2^24: half the bytes of int64
     esc = torch.empty(m, d, dtype=torch.bool)
     # zero but for the escaped entries: pages the kernel never writes are never touched
     raw = torch.from_numpy(np.zeros((m, d), dtype=x.numpy().dtype))
@@ -233,7 +233,7 @@ if numba is not None:
                         u = np.float64(_mix(z + np.uint64(i + 1) * _GOLDEN) >> _SHIFT53)
                         low = np.floor(q)
                         lev = low + (1.0 if u * 2.0**-53 < q - low else 0.0)
-                        lr[i] = np.int64(lev)
+                        lr[i] = np.int32(lev)
                         er[i] = e
                         code[i] = fesc if e else abs(lev)
                         n_esc += e
@@ -242,7 +242,7 @@ if numba is not None:
                         q = np.float64(xr[i]) / h
                         e = not abs(q) < lim
                         lev = np.rint(0.0 if e else q)
-                        lr[i] = np.int64(lev)
+                        lr[i] = np.int32(lev)
                         er[i] = e
                         code[i] = fesc if e else abs(lev)
                         n_esc += e

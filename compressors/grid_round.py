@@ -111,7 +111,7 @@ class GridRound(Compressor):
         else:
             low = torch.floor(q)
             level = low + (rng.uniform(d, dtype=torch.float64) < q - low).to(torch.float64)
-        level = level.to(torch.int64)
+        level = level.to(torch.int32)  # |level| < 2^24
         raw = torch.where(esc, x_i, torch.zeros((), dtype=x_i.dtype, device=x_i.device))
         code = torch.where(esc, ESCAPE, level.abs())
         nbits = ceil_log2(d + 1) + esc.sum(dim=1) * self.float_bits + elias_payload_bits(code)
@@ -152,6 +152,6 @@ class GridRound(Compressor):
         rows = torch.arange(r, device=rd.device)[:, None].expand(r, d)[slot]
         raw = torch.zeros(r, d, dtype=dtype, device=rd.device)
         raw[rows, kept_first(esc)[slot]] = vals[slot]
-        level = torch.where(esc, 0, torch.where(neg, -code, code))
+        level = torch.where(esc, 0, torch.where(neg, -code, code)).to(torch.int32)
         nbits = ceil_log2(d + 1) + n_esc * self.float_bits + elias_payload_bits(code)
         return self._rebuilt(like, r, nbits, levels=level, escaped=esc, raw=raw)

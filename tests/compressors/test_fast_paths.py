@@ -181,7 +181,7 @@ def ref_round(x: torch.Tensor, h: float, rounding: str, rng: Streams):
     else:
         u = rng.uniform(d, dtype=torch.float64).numpy()
         level = np.floor(q) + (u < q - np.floor(q))
-    level = level.astype(np.int64)
+    level = level.astype(np.int32)  # |level| < 2^24
     raw = torch.where(torch.from_numpy(esc), x, torch.zeros((), dtype=x.dtype))
     code = np.where(esc, 1 << 24, np.abs(level))
     nbits = []
