@@ -122,3 +122,20 @@ def test_a_one_element_subset_is_the_top_word_as_before():
         st = Streams.for_nodes(seed, range(300), 5, 2)
         want = torch.topk(st.bits64(57), 1, dim=1, sorted=False).indices
         assert torch.equal(st.subset(57, 1), want)
+
+
+@pytest.mark.parametrize("given", [None, "0"])
+def test_huge_pages_for_large_tensors_by_default_and_a_users_choice_kept(given):
+    """Importing the project asks torch's allocator for transparent huge pages (before the
+    first allocation, where torch reads it) unless the user set THP_MEM_ALLOC_ENABLE."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "THP_MEM_ALLOC_ENABLE"}
+    if given is not None:
+        env["THP_MEM_ALLOC_ENABLE"] = given
+    code = "import os, streams; print(os.environ['THP_MEM_ALLOC_ENABLE'])"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == ("1" if given is None else given)

@@ -74,15 +74,21 @@ def test_sparse_compressor_memory_deep_ratios():
     ]
     comp = report.derive_compressors(
         [
-            {"compressor": "topk:k=10", "elements": 1000, "compzoo_s": 3.0, "primitive_s": 2.0},
-            {"compressor": "randk:k=10", "elements": 1000, "compzoo_s": 5.0, "primitive_s": 2.0},
-            {"compressor": "natural", "elements": 1000, "compzoo_s": 8.0, "primitive_s": 2.0},
+            {"compressor": "topk:k=10", "elements": 1000, "compzoo_s": 3.0, "primitive_s": 2.0,
+             "primitive": "torch.topk+scatter", "copy_s": 0.5},
+            {"compressor": "randk:k=10", "elements": 1000, "compzoo_s": 5.0, "primitive_s": 2.0,
+             "primitive": "randperm+index_select+scatter", "copy_s": 1.0},
+            {"compressor": "natural", "elements": 1000, "compzoo_s": 8.0, "primitive_s": 2.0,
+             "primitive": "uniform draw", "copy_s": 4.0},
+            {"compressor": "round", "elements": 1000, "compzoo_s": 4.0, "primitive_s": 1.0,
+             "primitive": "copy", "copy_s": 1.0},
         ]
-    )
-    assert [(r["slowdown"], r["target"]) for r in comp] == [
-        (1.5, "met"),
-        (2.5, "MISSED: > 2x primitive"),
-        (4.0, "-"),
+    )  # fmt: skip
+    assert [(r["slowdown"], r["copies"], r["target"]) for r in comp] == [
+        (1.5, 6.0, "met"),  # within 2x of its primitive
+        (2.5, 5.0, "MISSED: > 3x copy and > 2x randperm+index_select+scatter"),
+        (4.0, 2.0, "met"),  # within 3x of a copy
+        (4.0, 4.0, "MISSED: > 3x copy"),
     ]
     mem = report.derive_memory(
         [
