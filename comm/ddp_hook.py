@@ -33,11 +33,17 @@ parameter never seen before starts from a zero EF14 error; an EF21 bucket holdin
 with an uncompressed round. The step counter of a bucket index keeps counting across a rebuild,
 so no stream is ever reused. ``state.rebuilds`` counts the new layouts met after the first.
 
-The hook communicates over the default process group and returns an already completed future
-(the exchange is synchronous). With gloo (torch 2.13, CPU), a process that has run any Python
-comm hook, PyTorch's own ``allreduce_hook`` included, now and then aborts during interpreter
-teardown ("terminate called without an active exception") after all its work is done; a
-script that must exit cleanly can end with ``os._exit(0)`` once its results are written.
+The hook communicates over the default process group. :func:`compression_hook` runs the exchange
+(the comm layer's synchronous collectives) inside the call and returns a completed future;
+:class:`CompressorHook` (what :func:`register` attaches) runs the same exchange on its own worker
+thread, one bucket after the other in the order DDP hands them over (so every rank issues the
+same collectives in the same order), and returns at once a future that the thread completes:
+DDP goes on with the backward pass while a bucket is compressed and on the wire.
+
+With gloo (torch 2.13, CPU), a process that has run any Python comm hook, PyTorch's own
+``allreduce_hook`` included, now and then aborts during interpreter teardown ("terminate called
+without an active exception") after all its work is done; a script that must exit cleanly can
+end with ``os._exit(0)`` once its results are written.
 
 Example (run with ``torchrun --standalone --nproc_per_node=2 example.py``)::
 
@@ -66,16 +72,22 @@ Example (run with ``torchrun --standalone --nproc_per_node=2 example.py``)::
 from __future__ import annotations
 
 import collections
+import contextlib
 import itertools
 import logging
+import math
+import queue
+import threading
 import time
+import traceback
+import weakref
 from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
 
 from comm.error_feedback import compensate_, residual_
-from comm.hooks import CommHook
+from comm.hooks import Collective, CommHook, itemsize, numel_of
 from comm.torch_dist import TorchDistComm
 from compressors import Compressor
 from compressors.registry import parse_spec
@@ -88,6 +100,7 @@ __all__ = [
     "CompressorHook",
     "split_spec",
     "compression_hook",
+    "exchange_plan",
     "register",
     "stream_tag",
 ]
@@ -340,17 +353,19 @@ def register(
 # ---------------------------------------------------------------- the hook class
 DEFAULT_SPEC = "topk:ratio=0.01"
 DEFAULT_EF = "ef14"
-# torch.distributed functions the comm layer calls that move data between ranks
-_COLLECTIVES = frozenset(
-    {
-        "all_reduce",
-        "all_gather",
-        "broadcast",
-        "barrier",
-        "all_gather_object",
-        "broadcast_object_list",
-    }
-)
+# torch.distributed functions the comm layer calls that move data between ranks, and the kind
+# of collective (comm.hooks.KINDS) each is counted as in HookStats (a barrier carries no payload
+# and is not counted there; an exchange never issues one)
+_COLLECTIVES = {
+    "all_reduce": "allreduce",
+    "all_gather": "allgather",
+    "broadcast": "broadcast",
+    "barrier": None,
+    "all_gather_object": "allgather",
+    "broadcast_object_list": "broadcast",
+}
+# the size and weight header of a variable-size payload: two float64 (TorchDistComm.reduce)
+_HEADER_BYTES = 16
 
 
 def split_spec(spec: str) -> tuple[str, str]:
@@ -394,8 +409,118 @@ def _probe(compressor: Compressor, n: int) -> bool:
     return sums_by_allreduce(C, packet)
 
 
+def exchange_plan(compressor: Compressor, d: int, dtype: torch.dtype) -> list[Collective]:
+    """The collectives :meth:`TorchDistComm.reduce` (one node per rank) issues for one payload
+    of ``compressor`` (bound to the world size) compressing ``d`` values of ``dtype``.
+
+    The comm layer picks the collective from the compressor's declarations and the packet's wire
+    fields, so the rule is applied to the packet of one probe row (``linspace(-1, 1, d)``): the
+    ``k`` values of a support shared by every node, a dense linear payload (the identity) or a
+    shared-randomness sketch's table are all-reduced (their bytes in the packet's dtype); any
+    other payload is all-gathered in its wire form (:meth:`Compressor.to_bytes`), the probe's
+    bytes when the compressor is ``fixed_size``; a variable-size payload first all-gathers its
+    size and weight (two float64), then its bytes, marked data-dependent, with the nominal size
+    ``ceil(expected_bits(d) / 8)`` (``max_bits`` where the mean is not declared, the probe's
+    size where neither is).
+
+    Raises:
+        ValueError: the compressor cannot compress ``d`` values (a fixed ``k`` above ``d``).
+    """
+    x = torch.linspace(-1.0, 1.0, d, dtype=dtype).reshape(1, -1)
+    packet = compressor.encode(x, torch.Generator().manual_seed(0))
+    values = packet.fields.get("values")
+    if compressor.sparsifier and compressor.shared_randomness and "indices" not in packet.wire:
+        return [Collective("allreduce", values[0].numel() * values.element_size())]
+    if compressor.linear and packet.wire == {"values"} and values.shape[-1] == packet.d:
+        return [Collective("allreduce", packet.d * itemsize(packet.dtype))]
+    if compressor.linear and compressor.shared_randomness and packet.wire == {"values"}:
+        return [Collective("allreduce", values[0].numel() * values.element_size())]
+    _, nbytes = compressor.to_bytes(packet)
+    if compressor.fixed_size:
+        return [Collective("allgather", int(nbytes[0]))]
+    bits: float | None = None
+    for declared in (compressor.expected_bits, compressor.max_bits):
+        with contextlib.suppress(ValueError):
+            bits = declared(d)
+        if bits is not None:
+            break
+    nominal = int(nbytes[0]) if bits is None else math.ceil(bits / 8)
+    return [
+        Collective("allgather", _HEADER_BYTES),
+        Collective("allgather", nominal, data_dependent=True),
+    ]
+
+
+class _Bucket:
+    """What the exchange reads of a ``GradBucket``, taken when DDP hands the bucket over."""
+
+    def __init__(self, bucket) -> None:
+        self._buffer = bucket.buffer()
+        self._index = bucket.index()
+        self._parameters = list(bucket.parameters())
+        self._last = bucket.is_last()
+
+    def buffer(self) -> torch.Tensor:
+        return self._buffer
+
+    def index(self) -> int:
+        return self._index
+
+    def parameters(self) -> list[torch.Tensor]:
+        return self._parameters
+
+    def is_last(self) -> bool:
+        return self._last
+
+
+def _serve(jobs: queue.SimpleQueue) -> None:
+    """The worker thread: run the jobs (:func:`_complete`) in the order they came until
+    ``None`` arrives. It holds the queue only, never the hook, so the hook can be collected
+    (which stops the thread)."""
+    while True:
+        job = jobs.get()
+        if job is None:
+            return
+        try:
+            _complete(job)
+        except BaseException:  # noqa: BLE001 - a job sets its own future; keep serving
+            log.exception("comp: a bucket's exchange failed outside its future")
+
+
+def _complete(job: list) -> None:
+    """On the worker thread, for ``job = [fut, stream, fn, bucket]``: ``fut`` completed with
+    ``fn(bucket)`` (run on ``stream`` on CUDA), or with the exception it raised.
+
+    No reference to the hook outlives the call: ``job`` is emptied first and ``fn`` dropped
+    before ``fut`` is completed (a waiter woken by it may drop the hook at once), and the
+    exception keeps its traceback's lines but not the locals of its finished frames (a failed
+    torch future that was waited for stays alive, its exception and the future referring to
+    each other through C++, and those locals would keep the hook, and its thread, alive)."""
+    fut, stream, fn, *args = job
+    job.clear()
+    try:
+        with contextlib.ExitStack() as ctx:
+            if stream is not None:
+                ctx.enter_context(torch.cuda.device(stream.device))
+                ctx.enter_context(torch.cuda.stream(stream))
+            value = fn(*args)
+            fn = args = None
+            fut.set_result(value)
+    except BaseException as exc:  # noqa: BLE001 - handed to the waiter
+        fn = args = None
+        if fut.done():
+            raise
+        seen, cur = set(), exc
+        while cur is not None and id(cur) not in seen:
+            seen.add(id(cur))
+            traceback.clear_frames(cur.__traceback__)
+            cur = cur.__cause__ or cur.__context__
+        fut.set_exception(exc)
+
+
 class _TimedDist:
-    """``torch.distributed`` as the comm layer sees it, its collectives timed by ``hook``."""
+    """``torch.distributed`` as the comm layer sees it, its collectives timed and counted by
+    ``hook`` (the ledger's byte count at each call's start is kept in ``hook._marks``)."""
 
     def __init__(self, module, hook: CompressorHook) -> None:
         self._module = module
@@ -409,6 +534,7 @@ class _TimedDist:
 
         def timed(*args, **kwargs):
             hook._sync()
+            hook._marks.append((name, hook._bytes()))
             t0 = time.perf_counter()
             try:
                 return attr(*args, **kwargs)
@@ -416,7 +542,6 @@ class _TimedDist:
                 hook._sync()
                 hook._spans.append((t0, time.perf_counter()))
                 hook.ops[name] += 1
-                hook.stats.collectives += 1
 
         return timed
 
@@ -431,21 +556,32 @@ class CompressorHook(CommHook):
     Collective: the comm layer (:class:`~comm.torch_dist.TorchDistComm`) all-reduces a payload
     only where the messages can be summed: a linear compressor sending dense values (the
     identity) or a sparsifier with a support shared by every node (``randk:shared=true``); every
-    other payload is all-gathered in its bit-packed wire form and decoded by every rank.
-    ``allreducible`` (an instance attribute) says which, read off one probe packet with the comm
-    layer's own rule; it is ``False`` for ``randk`` with private supports although Rand-K is
-    linear.
+    other payload is all-gathered in its bit-packed wire form and decoded by every rank
+    (:func:`exchange_plan`; :meth:`plan` declares them per bucket). ``allreducible`` (an instance
+    attribute) says which, read off one probe packet with the comm layer's own rule; it is
+    ``False`` for ``randk`` with private supports although Rand-K is linear.
+
+    Overlap: :meth:`reduce` takes the bucket's buffer and parameters, queues the bucket's
+    exchange (compression, error feedback, the comm layer's collectives, decoding) on the hook's
+    worker thread and returns a future at once; the thread runs the buckets one after the other
+    in the order they came (so every rank issues the same collectives in the same order) and
+    completes each future with the averaged gradient, or with the exception the exchange raised.
+    The thread is a daemon, started with the first bucket and stopped by :meth:`close`, when the
+    hook is garbage-collected, or at interpreter exit. On CUDA the thread runs on the stream
+    that was current when DDP handed the bucket over.
 
     Statistics: ``sent_bytes`` is what the comm layer's ledger counts as handed to collectives
     (``wire_bytes``, plus the size/weight headers of variable-size payloads,
     ``wire_overhead_bytes``): ``ceil(nbits / 8)`` bytes per bit-packed message, ``4 d`` for a
-    dense float32 all-reduce. The exchange is synchronous, so the hook times itself: every
-    collective the comm layer issues is timed (CUDA synchronised at both ends), ``encode_s`` is
-    the hook's local time up to the last collective (compression, error feedback, packing, and
-    the short local work between two collectives of one bucket), ``decode_s`` the local time
-    after it (unpacking, decoding every sender, the average, the error update), and
-    :attr:`comm_s` the time inside collectives, so per bucket ``encode + comm + decode`` is the
-    hook's wall time.
+    dense float32 all-reduce; each collective is counted by kind (``allreduce``/``allgather``)
+    with the ledger bytes it added (``counted == "observed"``). The exchange's collectives are
+    synchronous on the worker thread, so the hook times itself: every collective the comm layer
+    issues is timed (CUDA synchronised at both ends), ``encode_s`` is the thread's local time up
+    to the last collective (compression, error feedback, packing, and the short local work
+    between two collectives of one bucket), ``decode_s`` the local time after it (unpacking,
+    decoding every sender, the average, the error update), and :attr:`comm_s` the time inside
+    collectives, so per bucket ``encode + comm + decode`` is the exchange's wall time (a bucket's
+    wait in the queue is none of them).
 
     Args:
         process_group: must be the default group (or ``None``): the comm layer communicates
@@ -495,12 +631,17 @@ class CompressorHook(CommHook):
         self.seed, self.layerwise, self.float_bits = seed, layerwise, float_bits
         self.state = CompressionState(self.spec, self.error_feedback, seed, layerwise, float_bits)
         self.compressor = self.state.compressor
+        self._unbound = self.state.compressor
         n = dist.get_world_size() if dist.is_initialized() else 2
         self.allreducible = _probe(self.compressor, n)
         self.comm_s = 0.0
         self.ops: collections.Counter[str] = collections.Counter()
         self._spans: list[tuple[float, float]] = []
+        self._marks: list[tuple[str, int]] = []
         self._cuda: torch.device | None = None
+        self._jobs: queue.SimpleQueue | None = None
+        self._thread: threading.Thread | None = None
+        self._stop: weakref.finalize | None = None
 
     def register(self, ddp_model: torch.nn.parallel.DistributedDataParallel) -> CompressorHook:
         """Attach to ``ddp_model``, which must communicate over the default process group."""
@@ -547,23 +688,84 @@ class CompressorHook(CommHook):
         """How many times DDP rebuilt a bucket's layout (the buffers followed)."""
         return self.state.rebuilds
 
+    def plan(
+        self,
+        shapes: list[tuple[int, ...]],
+        world_size: int,
+        dtype: torch.dtype = torch.float32,
+        step: int | None = None,
+    ) -> list[Collective]:
+        """The comm layer's collectives for one bucket (:func:`exchange_plan` per compressed
+        segment: the bucket, or each parameter's slice in layerwise mode). ``step``: the bucket
+        index's own count of exchanges; with ``@ef21`` step 0 is the uncompressed round, one
+        all-reduce of the bucket (as is the round of a bucket holding a parameter never seen
+        before, after DDP's rebuild)."""
+        if self.error_feedback == "ef21" and step == 0:
+            return self.plain_plan(shapes, dtype)
+        C = self._unbound.bind(world_size)
+        sizes = [numel_of(s) for s in shapes]
+        segments = sizes if self.layerwise else [sum(sizes)]
+        out: list[Collective] = []
+        for j, d in enumerate(segments):
+            try:
+                out += exchange_plan(C, d, dtype)
+            except ValueError as err:
+                raise ValueError(f"comp: segment {j} of {d} values: {err}") from err
+        return out
+
+    # --- the worker thread -------------------------------------------------------------------
     def reduce(self, bucket: dist.GradBucket) -> torch.futures.Future:
+        grad = bucket.buffer()
         if self.state.comm is None:
-            self._attach(bucket.buffer().device)
+            self._attach(grad.device)
+        taken = _Bucket(bucket)
+        stream = torch.cuda.current_stream(grad.device) if grad.is_cuda else None
+        fut = torch.futures.Future(devices=[grad.device] if grad.is_cuda else None)
+        self._submit([fut, stream, self._exchange, taken])
+        return fut
+
+    def _submit(self, job: list) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            self._jobs = queue.SimpleQueue()
+            self._thread = threading.Thread(
+                target=_serve, args=(self._jobs,), name=f"comp-hook-{id(self):x}", daemon=True
+            )
+            # puts the stop sign when the hook is collected or the interpreter exits
+            self._stop = weakref.finalize(self, self._jobs.put, None)
+            self._thread.start()
+        self._jobs.put(job)
+
+    def close(self) -> None:
+        """Stop the worker thread once the buckets already handed over are done (a later
+        bucket starts a new one)."""
+        if self._stop is not None:
+            self._stop()
+        self._thread = self._stop = None
+
+    def _exchange(self, bucket: _Bucket) -> torch.Tensor:
+        """:func:`compression_hook`, timed, its collectives counted by kind."""
         before = self._bytes()
-        self._spans = []
+        self._spans, self._marks = [], []
         self._sync()
         t0 = time.perf_counter()
-        fut = compression_hook(self.state, bucket)
-        self._sync()
-        t1 = time.perf_counter()
-        inside = sum(b - a for a, b in self._spans)
-        last = self._spans[-1][1] if self._spans else t1
-        self.stats.encode_s += (last - t0) - inside
-        self.stats.decode_s += t1 - last
-        self.comm_s += inside
-        self.stats.sent_bytes += self._bytes() - before
-        return fut
+        try:
+            avg = compression_hook(self.state, bucket).value()
+            self._sync()
+        finally:
+            t1 = time.perf_counter()
+            inside = sum(b - a for a, b in self._spans)
+            last = self._spans[-1][1] if self._spans else t1
+            self.timer.add("encode", (last - t0) - inside)
+            self.timer.add("decode", t1 - last)
+            self.comm_s += inside
+            # collective k added the ledger bytes counted from its start to the next one's
+            ends = [m for _, m in self._marks[1:]] + [self._bytes()] * bool(self._marks)
+            start = before
+            for (name, _), end in zip(self._marks, ends, strict=True):
+                if _COLLECTIVES[name] is not None:
+                    self.stats.add(_COLLECTIVES[name], end - start)
+                start = end
+        return avg
 
     def describe(self) -> dict[str, object]:
         out = super().describe()

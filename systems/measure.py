@@ -8,7 +8,9 @@ small CPU, so repeats stop once a time budget is spent (at least one timed call 
 warm-up, which is skipped when one call alone exceeds the budget), and results are cached in a
 JSON file keyed by device, threads, size, layout and spec. Each cache entry records when, on
 which host and by which process it was measured (``measured``), so that a reader can say how old
-the numbers it reuses are (:func:`lookup`).
+the numbers it reuses are (:func:`lookup`). Other measurements (a model's backward profile, a
+hook's codec per bucket, :mod:`systems.pays`) are kept in the same file by the same rules
+(:func:`lookup_record`, :func:`store_record`).
 
 A payload that is all-gathered crosses the wire in its packed form
 (``Compressor.to_bytes``), as in the torch.distributed executor, so for those compressors the
@@ -45,8 +47,10 @@ __all__ = [
     "collective_of",
     "device_key",
     "lookup",
+    "lookup_record",
     "measure",
     "measure_cached",
+    "store_record",
 ]
 
 log = logging.getLogger(__name__)
@@ -259,3 +263,39 @@ def measure_cached(
     tmp.write_text(json.dumps(cache, indent=1, sort_keys=True))
     tmp.replace(path)
     return m
+
+
+def lookup_record(key: str, path: Path | None = None) -> tuple[dict, dict] | None:
+    """A cached record stored by :func:`store_record` under ``key`` and where it came from
+    (the provenance of :func:`lookup`), or ``None``. Keys name the device (:func:`device_key`)
+    and everything the record depends on."""
+    path = cache_path() if path is None else Path(path)
+    entry = _read_cache(path).get(key)
+    if not isinstance(entry, dict) or "value" not in entry:
+        return None
+    meta = entry.get("measured") if isinstance(entry.get("measured"), dict) else {}
+    mtime = datetime.datetime.fromtimestamp(path.stat().st_mtime, datetime.timezone.utc)
+    provenance = {
+        "path": str(path),
+        "measured": meta.get("at"),
+        "host": meta.get("host"),
+        "pid": meta.get("pid"),
+        "file_mtime": mtime.strftime("%Y-%m-%d %H:%M UTC"),
+    }
+    return entry["value"], provenance
+
+
+def store_record(key: str, value: dict, path: Path | None = None) -> None:
+    """Write ``value`` (JSON-able) to the cache under ``key`` with when, where and by which
+    process it was measured (the file replaced whole, by rename)."""
+    path = cache_path() if path is None else Path(path)
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    cache = _read_cache(path)
+    cache[key] = {
+        "value": value,
+        "measured": {"at": now, "host": platform.node() or None, "pid": os.getpid()},
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(cache, indent=1, sort_keys=True))
+    tmp.replace(path)

@@ -8,7 +8,10 @@ sends (its uplink), the switch's end what it receives (its downlink), so every w
 full-duplex link of the given rate to a non-blocking switch, the usual model of a cluster
 network. Latency is added with ``netem`` where the kernel has it (``sch_netem``); where it does
 not, :attr:`Testbed.latency_applied` is False and the links keep their natural latency (tens of
-microseconds on veth), which the caller must report.
+microseconds on veth), which the caller must report (:func:`netem_available` says beforehand;
+:mod:`systems.netstudy` then adds the delay inside the workers instead, and says so). The bridge
+itself has the address ``10.213.NET.254`` (:attr:`Testbed.switch_address`), the endpoint of
+:mod:`systems.linkprobe`'s per-link measurements; the workers' own traffic never goes to it.
 
 Everything is named ``cz<TAG>...`` with a tag unique to the process (namespaces ``cz<TAG>-w0``
 .., ``cz<TAG>-sw``), and removed by :meth:`Testbed.teardown`: on leaving the ``with`` block, on
@@ -27,7 +30,14 @@ import signal
 import subprocess
 from dataclasses import dataclass, field
 
-__all__ = ["LinkError", "Testbed", "available", "cleanup_stale", "namespaces"]
+__all__ = [
+    "LinkError",
+    "Testbed",
+    "available",
+    "cleanup_stale",
+    "namespaces",
+    "netem_available",
+]
 
 PREFIX = "cz"
 
@@ -69,6 +79,29 @@ def available() -> tuple[bool, str]:
     finally:
         _run("ip", "netns", "del", probe, check=False)
     return True, ""
+
+
+def netem_available() -> tuple[bool, str]:
+    """Whether this kernel has the netem qdisc (link delay): ``(True, "")`` or ``(False, why)``,
+    tried on a veth pair in a scratch namespace."""
+    probe = f"{PREFIX}netem{os.getpid() % 100000}"
+    try:
+        _run("ip", "netns", "add", probe)
+    except LinkError as exc:
+        return False, f"cannot create a network namespace ({exc})"
+    try:
+        _run("ip", "netns", "exec", probe, "ip", "link", "add", "pa", "type", "veth", "peer",
+             "name", "pb")  # fmt: skip
+        proc = _run("ip", "netns", "exec", probe, "tc", "qdisc", "add", "dev", "pa", "root",
+                    "netem", "delay", "1us", check=False)  # fmt: skip
+        if proc.returncode != 0:
+            why = proc.stderr.strip() or proc.stdout.strip()
+            return False, f"tc qdisc add ... netem failed ({why}): the kernel lacks sch_netem"
+        return True, ""
+    except LinkError as exc:
+        return False, str(exc)
+    finally:
+        _run("ip", "netns", "del", probe, check=False)
 
 
 def _netem_available(ns: str, dev: str) -> bool:
@@ -154,6 +187,11 @@ class Testbed:
     def switch(self) -> str:
         return f"{PREFIX}{self.tag}-sw"
 
+    @property
+    def switch_address(self) -> str:
+        """The bridge's own address, the probes' endpoint in the switch namespace."""
+        return f"10.213.{self.net}.254"
+
     def address(self, i: int) -> str:
         """Worker ``i``'s IPv4 address."""
         return f"10.213.{self.net}.{i + 1}"
@@ -173,6 +211,8 @@ class Testbed:
             _run("ip", "netns", "add", sw)
             _run("ip", "netns", "exec", sw, "ip", "link", "set", "lo", "up")
             _run("ip", "netns", "exec", sw, "ip", "link", "add", "br0", "type", "bridge")
+            _run("ip", "netns", "exec", sw, "ip", "addr", "add", f"{self.switch_address}/24",
+                 "dev", "br0")  # fmt: skip
             _run("ip", "netns", "exec", sw, "ip", "link", "set", "br0", "up")
             for i in range(self.workers):
                 ns = self.ns(i)

@@ -20,9 +20,34 @@ Beside each measured iteration time the performance model of :mod:`systems.model
 from the run's own measured compute, encode and decode times and payload bytes, and the link as
 calibrated in the same launch (the fitted all-reduce bandwidth and latency; the nominal rate is
 reported too, since on a small machine the veth links deliver less than their nominal rate at
-high rates). Sync SGD (fp32, fp16) uses the bucketed, overlapped all-reduce model; a hook uses
-``compute + encode + decode + collective``, all-reduce or all-gather by the hook's
-``allreducible``.
+high rates). Every method is the per-bucket pipeline of :func:`systems.model.pipeline_time`
+(:func:`pipeline_of`): DDP's buckets under the explicit ``--bucket-mb`` cap, formed on the fp32
+parameters, each ready as the backward pass produces its bytes; sync SGD (fp32, fp16) all-reduces
+each bucket, a hook issues per bucket the collectives it declares in its plan (bytes scaled per
+kind to what it measured it sent) after its share of the measured encode, overlapped with the
+backward pass as the hooks issue them, and decodes after; one latency per collective.
+``wire_s`` is what the step's collectives need on the (probed, else calibrated) link with
+nothing hidden; a measured exposed communication ``comm_s`` (iteration - compute - encode -
+decode) below it (``overlapped``) shows the backward pass hiding communication.
+
+The testbed states its own limits (:mod:`systems.nettestbed`). Before the runs at each (workers,
+bandwidth), :mod:`systems.linkprobe` measures what every link delivers (a TCP stream each way,
+alone and with every link loaded as a ring, and a ping-pong), and the model predicts from that
+probed link too (``predicted_probe_s``), beside the calibrated and the nominal one. Where the
+kernel has no ``netem`` (checked at the start, said on stderr and in the report), the added
+latency is emulated inside the workers (``--latency-emulation worker``, the default ``auto``
+there; :func:`systems.networker.emulate_latency`: each collective completes its ring's number
+of messages times the per-message delay late) or, with ``off``, not applied at all. Each cell is
+timed in ``--repeats`` separate launches (median of the repeats' medians and a 95 % t-interval),
+and a launch whose workers times threads exceed this machine's cores is flagged as
+oversubscribed.
+
+``--model mlp`` is the shipped task on which communication is a real share of a step
+(:mod:`systems.teacher`: a 4.28 M-parameter MLP on a fixed random teacher's labels; target
+test accuracy 0.75 by default, 0.9 for the digits models); the report gives each method's
+iterations and seconds to the target per bandwidth, with the runs that do not reach it within
+``--train-iters`` said to (the final accuracy beside), and the share of the step that is
+communication.
 
 Outputs in ``--out`` (a new or empty folder; never overwritten): ``measurements.json`` (every
 launch's raw numbers, written as they arrive), ``table.csv`` and ``table.md`` (measured vs
@@ -38,6 +63,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import json
 import math
 import os
@@ -105,7 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--bandwidth", default="0.5,1,5,10", help="Gbit/s per link, comma-separated")
     ap.add_argument("--latency-us", type=float, default=50.0, help="added delay per link end")
     ap.add_argument("--workers", default="2,4", help="worker counts, comma-separated")
-    ap.add_argument("--model", choices=("cnn", "resnet18"), default="cnn")
+    ap.add_argument("--model", choices=("cnn", "resnet18", "mlp"), default="cnn")
     ap.add_argument(
         "--methods",
         default=None,
@@ -121,7 +147,25 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--batch", type=int, default=32, help="per-worker batch")
     ap.add_argument("--bucket-mb", type=float, default=25.0, help="DDP bucket cap (MiB)")
-    ap.add_argument("--target-acc", type=float, default=0.9, help="test accuracy to reach")
+    ap.add_argument(
+        "--target-acc",
+        type=float,
+        default=None,
+        help="test accuracy to reach (default 0.75 for mlp, 0.9 otherwise)",
+    )
+    ap.add_argument(
+        "--repeats", type=int, default=3, help="separate launches per (workers, bandwidth)"
+    )
+    ap.add_argument(
+        "--latency-emulation",
+        choices=("auto", "netem", "worker", "off"),
+        default="auto",
+        help="how --latency-us is applied: netem on the links, a delay per collective inside "
+        "the workers, or not at all (auto: netem where the kernel has it, else worker)",
+    )
+    ap.add_argument(
+        "--probe-seconds", type=float, default=0.5, help="length of each link probe stream"
+    )
     ap.add_argument(
         "--train-iters", type=int, default=300, help="cap of the accuracy run (0: skip it)"
     )
@@ -153,6 +197,7 @@ def _launch(tb, args, methods: list[str], out: Path, accuracy: bool) -> dict:
         "--train-iters", str(args.train_iters if accuracy else 0), "--eval-every",
         str(args.eval_every), "--target-acc", str(args.target_acc), "--timeout",
         str(args.timeout), "--out", str(out),
+        "--emulate-latency-us", str(2 * args.latency_us if args.latency_mode == "worker" else 0),
     ]  # fmt: skip
     for m in methods:
         worker += ["--method", m]
@@ -196,24 +241,103 @@ def _launch(tb, args, methods: list[str], out: Path, accuracy: bool) -> dict:
 
 # --- predictions ---------------------------------------------------------------------------
 def predict(m: dict, workers: int, gbps: float, alpha: float, bucket_mb: float,
-            speedup: float = 1.0) -> float:  # fmt: skip
-    """The model's iteration time for a measured method ``m`` on a link of ``gbps``."""
-    from systems.model import Setting, compressed_time, sync_sgd_time
+            speedup: float = 1.0, model: str | None = None) -> float:  # fmt: skip
+    """The model's iteration time for a measured method ``m`` on a link of ``gbps`` (the
+    per-bucket pipeline of :func:`systems.model.pipeline_time`, see :func:`pipeline_of`)."""
+    from systems.model import pipeline_time
 
+    compute, buckets = pipeline_of(m, workers, bucket_mb, speedup, model)
+    return float(pipeline_time(buckets, compute, workers, gbps, alpha))
+
+
+def wire_seconds(m: dict, workers: int, gbps: float, bucket_mb: float,
+                 model: str | None = None) -> float:  # fmt: skip
+    """Seconds the method's collectives of one step need on a link of ``gbps``, bandwidth term
+    only (no latency, no overlap): what communication would add if nothing hid it."""
+    from systems.model import collective_time
+
+    _, buckets = pipeline_of(m, workers, bucket_mb, 1.0, model)
+    return float(sum(collective_time(k, n, workers, gbps, 0.0)
+                     for b in buckets for k, n in b.collectives))  # fmt: skip
+
+
+def pipeline_of(m: dict, workers: int, bucket_mb: float, speedup: float = 1.0,
+                model: str | None = None) -> tuple:  # fmt: skip
+    """``(compute_s, buckets)`` of a measured method for :func:`systems.model.pipeline_time`.
+
+    DDP's buckets under the explicit ``bucket_mb`` cap the workers pass (no 1 MiB first
+    bucket), formed on the fp32 parameters, each ready when the share of the gradient bytes
+    produced so far says (backward two thirds of the measured compute). Sync SGD: one
+    all-reduce per bucket, 4 or 2 bytes per entry. A hook: per bucket the collectives it
+    declares (:meth:`comm.hooks.CommHook.plan`, over the ``model``'s parameter shapes), their
+    bytes scaled per kind of collective to what the run measured it sent (plans of
+    data-dependent hooks are nominal), and the measured encode and decode split over the
+    buckets by their share of the entries; the hook's collectives overlap the backward pass
+    as the hooks issue them (:mod:`comm.hooks`). Without ``model`` (an older measurement), for a
+    hook without a plan, or where the measured sizes are not the model's, one collective of the
+    measured bytes in one bucket after the backward pass.
+    """
+    from systems.model import Bucket, Setting, buckets, sync_bucket_plan
+
+    cap = int(bucket_mb * 2**20)
     if m["method"] in BASELINES:
-        s = Setting(tuple(m["sizes"]), workers, m["compute_s"], speedup, alpha,
-                    bucket_bytes=int(bucket_mb * 2**20),
-                    float_bytes=4 if m["method"] == "fp32" else 2)  # fmt: skip
-        return float(sync_sgd_time(s, gbps))
-    s = Setting(tuple(m["sizes"]), workers, m["compute_s"], speedup, alpha)
-    coll = "allreduce" if m["allreducible"] else "allgather"
-    decodes = 1 if m["allreducible"] else workers
-    return float(compressed_time(s, gbps, bits=8 * m["sent_bytes"], encode_s=m["encode_s"],
-                                 decode_s=m["decode_s"] / decodes, collective=coll))  # fmt: skip
+        s = Setting(tuple(m["sizes"]), workers, m["compute_s"], speedup, 0.0,
+                    bucket_bytes=cap, first_bucket_bytes=None,
+                    wire_bytes=4 if m["method"] == "fp32" else 2)  # fmt: skip
+        return s.compute, sync_bucket_plan(s)
+    compute = m["compute_s"] / speedup
+    fwd, bwd = compute / 3, 2 * compute / 3
+    enc, dec = m["encode_s"], m["decode_s"]
+    known = _hook_plans(m["method"], model, workers, bucket_mb) if model else None
+    sizes, plans = known if known is not None else (None, None)
+    if plans is None or sizes != tuple(m["sizes"]):
+        kind = "allreduce" if m["allreducible"] else "allgather"
+        return compute, [Bucket(compute, ((kind, float(m["sent_bytes"])),), enc, dec)]
+    nbytes, ready = buckets(tuple(m["sizes"]), cap, 4, None, None)
+    planned: dict[str, float] = {}
+    for cols in plans:
+        for k, n in cols:
+            planned[k] = planned.get(k, 0.0) + n
+    sent = {k: float(v.get("bytes") or 0) for k, v in (m.get("collectives") or {}).items()}
+    scale = {k: (sent[k] / planned[k] if sent.get(k) and planned[k] > 0 else 1.0) for k in planned}
+    share = nbytes / nbytes.sum()
+    out = [Bucket(fwd + bwd * r, tuple((k, n * scale[k]) for k, n in cols), enc * w, dec * w)
+           for cols, r, w in zip(plans, ready, share, strict=True)]  # fmt: skip
+    return compute, out
+
+
+@functools.cache
+def _hook_plans(method: str, model: str, workers: int, bucket_mb: float):
+    """``(sizes, plans)``: the parameter sizes of ``model`` (the workers' network) and per DDP
+    bucket at ``bucket_mb``, in reduction order, the ``(kind, bytes)`` collectives the hook
+    ``method`` declares; None when it declares none."""
+    import torch
+
+    from systems.hooks.registry import make_hook
+    from systems.model import ddp_buckets
+    from systems.networker import _model
+
+    try:
+        hook = make_hook(method)
+        shapes = [tuple(p.shape) for p in _model(model, 0).parameters()]
+        groups = ddp_buckets([math.prod(s) for s in shapes], int(bucket_mb * 2**20))
+        plans = tuple(
+            tuple((c.kind, float(c.nbytes)) for c in hook.plan([shapes[i] for i in g], workers,
+                                                               torch.float32))
+            for g in groups
+        )  # fmt: skip
+    except (NotImplementedError, ValueError):
+        return None
+    return tuple(math.prod(x) for x in shapes), plans
 
 
 def table_rows(measured: list[dict], bucket_mb: float) -> list[dict]:
-    """One row per (workers, bandwidth, method): measured parts, prediction, speed-up."""
+    """One row per (workers, bandwidth, method): measured parts, prediction, speed-up; a launch
+    merged over its repeats (:func:`systems.nettestbed.merge_repeats`) gives its interval."""
+    from systems.linkprobe import link_for_model
+    from systems.nettestbed import cores, interval, oversubscribed
+
+    ncores = cores()
     rows = []
     for launch in measured:
         W, nominal = launch["workers"], launch["nominal_gbps"]
@@ -221,13 +345,25 @@ def table_rows(measured: list[dict], bucket_mb: float) -> list[dict]:
         gbps, alpha = (cal["gbps"], cal["alpha_s"]) if cal["gbps"] > 0 else (nominal, 0.0)
         by = {m["method"]: m for m in launch["methods"]}
         base = by.get("fp16")
-        base_pred = predict(base, W, gbps, alpha, bucket_mb) if base else float("nan")
+        net = launch.get("model")
+        base_pred = predict(base, W, gbps, alpha, bucket_mb, model=net) if base else float("nan")
+        probe = launch.get("probe")
+        if probe:
+            probe_gbps, probe_alpha = link_for_model(probe)
+            probe_alpha += launch.get("emulated_s", 0.0)  # the workers' delay, not on the wire
+        threads = launch.get("threads", 1)
         for m in launch["methods"]:
-            pred = predict(m, W, gbps, alpha, bucket_mb)
-            pred_nominal = predict(m, W, nominal, launch.get("latency_s", 0.0), bucket_mb)
+            pred = predict(m, W, gbps, alpha, bucket_mb, model=net)
+            pred_nominal = predict(m, W, nominal, launch.get("latency_s", 0.0), bucket_mb,
+                                   model=net)  # fmt: skip
+            pred_probe = (predict(m, W, probe_gbps, probe_alpha, bucket_mb, model=net)
+                          if probe else None)  # fmt: skip
+            wire = wire_seconds(m, W, probe_gbps if probe else gbps, bucket_mb, model=net)
+            _, lo, hi = interval(m.get("iter_s_runs", [m["iter_s"]]))
             row = {
                 "workers": W,
                 "nominal_gbps": nominal,
+                "probed_gbps": round(probe_gbps, 4) if probe else None,
                 "calibrated_gbps": round(gbps, 4),
                 "method": m["method"],
                 "collective": "allreduce" if m["allreducible"] else "allgather",
@@ -235,18 +371,33 @@ def table_rows(measured: list[dict], bucket_mb: float) -> list[dict]:
                 "compute_s": m["compute_s"],
                 "encode_decode_s": m["encode_s"] + m["decode_s"],
                 "comm_s": m["comm_s"],
+                "wire_s": wire,
+                "overlapped": m["comm_s"] < wire,
+                "comm_share": m["comm_s"] / m["iter_s"],
                 "iter_s": m["iter_s"],
+                "iter_ci_lo": lo,
+                "iter_ci_hi": hi,
+                "repeats": len(m.get("iter_s_runs", [m["iter_s"]])),
                 "predicted_s": pred,
                 "rel_error": (pred - m["iter_s"]) / m["iter_s"],
+                "predicted_probe_s": pred_probe,
                 "predicted_nominal_s": pred_nominal,
                 "speedup_vs_fp16": base["iter_s"] / m["iter_s"] if base else float("nan"),
                 "predicted_speedup": base_pred / pred if base else float("nan"),
+                "cpus": f"{W}x{threads}/{ncores}",
+                "oversubscribed": oversubscribed(W, threads, ncores),
+                "target_reached": None,
                 "iters_to_target": m.get("iters_to_target"),
                 "time_to_target_s": None,
+                "final_acc": m.get("final_acc"),
             }
             its = m.get("iters_to_target")
-            if its is not None and its > 0:
-                row["time_to_target_s"] = its * m["iter_s"]
+            if its is not None:
+                row["target_reached"] = its > 0
+                if its > 0:
+                    row["time_to_target_s"] = its * m["iter_s"]
+                else:  # not reached: said, never a number that reads as one
+                    row["iters_to_target"] = f"not reached in {m.get('trained_iters', '?')}"
             rows.append(row)
     return rows
 
@@ -347,7 +498,8 @@ def findings(rows: list[dict], measured: list[dict], bucket_mb: float) -> list[s
             base = next(x for x in launch["methods"] if x["method"] == "fp16")
             s = Setting(tuple(base["sizes"]), W, base["compute_s"],
                         alpha=launch["calibration"]["alpha_s"],
-                        bucket_bytes=int(bucket_mb * 2**20), float_bytes=2)  # fmt: skip
+                        bucket_bytes=int(bucket_mb * 2**20), first_bucket_bytes=None,
+                        wire_bytes=2)  # fmt: skip
             model_be = break_even_bandwidth(
                 s, bits=8 * m["sent_bytes"], encode_s=m["encode_s"],
                 decode_s=m["decode_s"] / (1 if m["allreducible"] else W),
@@ -372,14 +524,15 @@ def findings(rows: list[dict], measured: list[dict], bucket_mb: float) -> list[s
         launch = min((x for x in measured if x["workers"] == W), key=lambda x: x["nominal_gbps"])
         cal = launch["calibration"]
         base = next(x for x in launch["methods"] if x["method"] == "fp16")
-        b = predict(base, W, cal["gbps"], cal["alpha_s"], bucket_mb, speedup=factor)
-        b1 = predict(base, W, cal["gbps"], cal["alpha_s"], bucket_mb)
+        net = launch.get("model")
+        b = predict(base, W, cal["gbps"], cal["alpha_s"], bucket_mb, speedup=factor, model=net)
+        b1 = predict(base, W, cal["gbps"], cal["alpha_s"], bucket_mb, model=net)
         best = []
         for m in launch["methods"]:
             if m["method"] in BASELINES + ("bf16",):
                 continue
-            p1 = predict(m, W, cal["gbps"], cal["alpha_s"], bucket_mb)
-            pf = predict(m, W, cal["gbps"], cal["alpha_s"], bucket_mb, speedup=factor)
+            p1 = predict(m, W, cal["gbps"], cal["alpha_s"], bucket_mb, model=net)
+            pf = predict(m, W, cal["gbps"], cal["alpha_s"], bucket_mb, speedup=factor, model=net)
             best.append((b / pf, b1 / p1, m["method"]))
         best.sort(reverse=True)
         sf, s1, name = best[0]
@@ -397,9 +550,12 @@ def findings(rows: list[dict], measured: list[dict], bucket_mb: float) -> list[s
 
 # --- output --------------------------------------------------------------------------------
 COLUMNS = (
-    "workers", "nominal_gbps", "calibrated_gbps", "method", "collective", "sent_MB", "compute_s",
-    "encode_decode_s", "comm_s", "iter_s", "predicted_s", "rel_error", "speedup_vs_fp16",
-    "predicted_speedup", "iters_to_target", "time_to_target_s",
+    "workers", "nominal_gbps", "probed_gbps", "calibrated_gbps", "method", "collective",
+    "sent_MB", "compute_s", "encode_decode_s", "comm_s", "wire_s", "overlapped", "comm_share",
+    "iter_s", "iter_ci_lo",
+    "iter_ci_hi", "repeats", "predicted_s", "rel_error", "predicted_probe_s",
+    "predicted_nominal_s", "speedup_vs_fp16", "predicted_speedup", "cpus", "oversubscribed",
+    "target_reached", "iters_to_target", "time_to_target_s", "final_acc",
 )  # fmt: skip
 
 
@@ -435,8 +591,10 @@ def plot(rows: list[dict], measured: list[dict], bucket_mb: float, out: Path) ->
         colors = plt.cm.tab20(np.linspace(0, 1, max(len(names), 2)))
         for name, color in zip(names, colors, strict=False):
             m = next(x for x in launch["methods"] if x["method"] == name)
-            curve = [predict(base, W, g, cal["alpha_s"], bucket_mb)
-                     / predict(m, W, g, cal["alpha_s"], bucket_mb) for g in grid]  # fmt: skip
+            net = launch.get("model")
+            curve = [predict(base, W, g, cal["alpha_s"], bucket_mb, model=net)
+                     / predict(m, W, g, cal["alpha_s"], bucket_mb, model=net)
+                     for g in grid]  # fmt: skip
             ax.plot(grid, curve, color=color, lw=1)
             pts = [r for r in rows if r["workers"] == W and r["method"] == name]
             ax.plot([r["calibrated_gbps"] for r in pts], [r["speedup_vs_fp16"] for r in pts],
@@ -454,18 +612,70 @@ def plot(rows: list[dict], measured: list[dict], bucket_mb: float, out: Path) ->
     plt.close(fig)
 
 
+def accuracy_markdown(rows: list[dict], target: float) -> str:
+    """Iterations and seconds to the target per method, worker count and bandwidth (runs that
+    did not reach it said so), and the share of the step that is communication."""
+    acc = [r for r in rows if r["target_reached"] is not None]
+    lines = ["## Time to target accuracy", ""]
+    bws = sorted({r["nominal_gbps"] for r in rows}, reverse=True)
+    share = [f"W={r['workers']} {r['nominal_gbps']:g} Gbit/s {r['method']} "
+             f"{100 * r['comm_share']:.0f}%" for r in rows
+             if r["method"] in BASELINES]  # fmt: skip
+    lines.append(
+        "Exposed communication as a share of the baselines' measured step (`comm_s / iter_s`): "
+        + ("; ".join(share) if share else "no baseline measured")
+        + "."
+    )
+    lines.append("")
+    if not acc:
+        lines.append("No accuracy run (`--train-iters 0`).")
+        return "\n".join(lines) + "\n"
+    lines += [
+        f"Target test accuracy {target:g}. One training run per (method, workers) on the "
+        "fastest link (the iterates do not depend on the link); seconds to target = iterations "
+        "x the median iteration time measured at each bandwidth (in brackets: the same times "
+        "the ends of the iteration time's 95 % interval). A run that did not reach the target "
+        "within `--train-iters` is listed as such, with its final accuracy.",
+        "",
+        "| workers | method | iterations to target | final acc | "
+        + " | ".join(f"s at {b:g} Gbit/s" for b in bws)
+        + " |",
+        "|---|---|---|---|" + "---|" * len(bws),
+    ]
+    for W in sorted({r["workers"] for r in acc}):
+        for name in dict.fromkeys(r["method"] for r in acc if r["workers"] == W):
+            cell = {r["nominal_gbps"]: r for r in acc if r["workers"] == W and r["method"] == name}
+            first = next(iter(cell.values()))
+            secs = []
+            for b in bws:
+                r = cell.get(b)
+                if r is None:
+                    secs.append("-")
+                elif not r["target_reached"]:
+                    secs.append("not reached")
+                else:
+                    its = r["iters_to_target"]
+                    lo, hi = r["iter_ci_lo"], r["iter_ci_hi"]
+                    ci = "" if math.isnan(lo) else f" [{its * lo:.3g}, {its * hi:.3g}]"
+                    secs.append(f"{r['time_to_target_s']:.3g}{ci}")
+            lines.append(f"| {W} | {name} | {first['iters_to_target']} | "
+                         f"{_fmt(first['final_acc'])} | " + " | ".join(secs) + " |")  # fmt: skip
+    missed = sorted({(r["workers"], r["method"]) for r in acc if not r["target_reached"]})
+    lines += ["", "Not reaching the target: " + (", ".join(f"{m} (W={w})" for w, m in missed)
+                                                 if missed else "none") + "."]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
 def report(rows, measured, args, notes: list[str]) -> str:
-    lat = measured[0].get("latency_applied", False) if measured else False
+    from systems.nettestbed import cores, testbed_markdown
+
     head = [
         f"# Measured study: {args.model}, workers {args.workers}, bandwidth {args.bandwidth} "
         f"Gbit/s",
         "",
         f"Command: `python -m systems.netstudy {' '.join(args.argv)}`",
         "",
-        f"Added latency {args.latency_us} us per link end: "
-        + ("applied (netem)." if lat or args.latency_us == 0 else
-           "NOT applied: this kernel has no netem qdisc; the links keep their natural veth "
-           "latency (the calibrated latency below is what the runs saw)."),  # fmt: skip
+        testbed_markdown(measured, args.latency_us, args.threads, cores()),
         "Calibration per launch (fitted ring all-reduce): "
         + "; ".join(f"W={x['workers']} nominal {x['nominal_gbps']} Gbit/s -> "
                     f"{x['calibration']['gbps']:.3g} Gbit/s, alpha "
@@ -474,6 +684,8 @@ def report(rows, measured, args, notes: list[str]) -> str:
         *notes,
         "",
         markdown_table(rows),
+        "",
+        accuracy_markdown(rows, args.target_acc),
         "",
         "## The paper's findings, re-examined",
         "",
@@ -514,9 +726,14 @@ def _main(argv: list[str] | None = None) -> int:
         _check_methods(methods)
         for what, v, lo in (("iters", args.iters, 1), ("warmup", args.warmup, 2),
                             ("batch", args.batch, 1), ("eval-every", args.eval_every, 1),
-                            ("threads", args.threads, 1)):  # fmt: skip
+                            ("threads", args.threads, 1),
+                            ("repeats", args.repeats, 1)):  # fmt: skip
             if v < lo:
                 raise ValueError(f"--{what} must be >= {lo}, got {v}")
+        if args.target_acc is None:
+            args.target_acc = 0.75 if args.model == "mlp" else 0.9
+        if not 0 < args.probe_seconds <= 10:
+            raise ValueError(f"--probe-seconds must be in (0, 10], got {args.probe_seconds}")
         if not 0 < args.target_acc <= 1:
             raise ValueError(f"--target-acc must be in (0, 1], got {args.target_acc}")
         if args.latency_us < 0:
@@ -533,35 +750,75 @@ def _main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"error: network namespaces are not usable here: {why}\n")
         return EXIT_BAD
     netns.cleanup_stale()
+    args.latency_mode = "off" if args.latency_us == 0 else args.latency_emulation
+    if args.latency_us > 0 and args.latency_emulation != "off":
+        has_netem, why = netem_ok = netns.netem_available()
+        if args.latency_emulation == "netem" and not has_netem:
+            sys.stderr.write(f"error: --latency-emulation netem: {why}; use worker, auto or off\n")
+            return EXIT_BAD
+        if args.latency_emulation == "auto":
+            args.latency_mode = "netem" if netem_ok[0] else "worker"
+        if not has_netem:
+            sys.stderr.write(
+                f"WARNING: NO NETEM on this kernel ({why}): --latency-us {args.latency_us:g} is "
+                + ("EMULATED inside the workers (each collective completes its ring's messages "
+                   f"x {2 * args.latency_us:g} us late; fp32 runs as a Python all-reduce hook)"
+                   if args.latency_mode == "worker" else "NOT APPLIED")
+                + "; the report says so.\n"
+            )  # fmt: skip
+    from systems import linkprobe
+    from systems.nettestbed import cores, merge_repeats, oversubscribed
+
+    over = [W for W in workers if oversubscribed(W, args.threads, cores())]
+    if over:
+        sys.stderr.write(
+            f"warning: W={','.join(map(str, over))} x {args.threads} thread(s) oversubscribes "
+            f"the {cores()} cores here; those rows are flagged\n"
+        )
     out.mkdir(parents=True, exist_ok=True)
     measured: list[dict] = []
     failures: list[str] = []
-    bar = tqdm(total=len(workers) * len(bws), disable=args.quiet, desc="netstudy", unit="launch")
+    bar = tqdm(total=len(workers) * len(bws) * args.repeats, disable=args.quiet, desc="netstudy",
+               unit="launch")  # fmt: skip
+    netem_us = args.latency_us if args.latency_mode == "netem" else 0.0
+    emulated_s = 2e-6 * args.latency_us if args.latency_mode == "worker" else 0.0
     try:
         for W in workers:
-            with netns.Testbed(W, gbps=bws[0], latency_us=args.latency_us) as tb:
+            with netns.Testbed(W, gbps=bws[0], latency_us=netem_us) as tb:
                 for k, bw in enumerate(bws):
                     tb.set_links(bw)
-                    bar.set_postfix_str(f"W={W} {bw} Gbit/s")
-                    path = out / f"launch-W{W}-{bw:g}gbps.json"
+                    bar.set_postfix_str(f"W={W} {bw} Gbit/s probe")
                     try:
-                        res = _launch(tb, args, methods, path, accuracy=(k == 0))
-                        res.update(nominal_gbps=bw, latency_applied=tb.latency_applied,
-                                   latency_s=2e-6 * args.latency_us if tb.latency_applied
-                                   else 0.0)  # fmt: skip
-                        measured.append(res)
-                        (out / "measurements.json").write_text(json.dumps(measured, indent=1))
-                    except RuntimeError as exc:
-                        failures.append(f"W={W}, {bw} Gbit/s: {exc}")
-                        sys.stderr.write(f"launch failed: W={W}, {bw} Gbit/s: {exc}\n")
-                    bar.update(1)
+                        probe = linkprobe.probe(tb, seconds=args.probe_seconds)
+                    except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+                        probe = None
+                        failures.append(f"W={W}, {bw} Gbit/s: link probe: {exc}")
+                        sys.stderr.write(f"link probe failed: W={W}, {bw} Gbit/s: {exc}\n")
+                    for rep in range(args.repeats):
+                        bar.set_postfix_str(f"W={W} {bw} Gbit/s repeat {rep + 1}")
+                        path = out / f"launch-W{W}-{bw:g}gbps-r{rep}.json"
+                        try:
+                            res = _launch(tb, args, methods, path, accuracy=(k == 0 and rep == 0))
+                            res.update(nominal_gbps=bw, repeat=rep, probe=probe,
+                                       latency_mode=args.latency_mode,
+                                       latency_applied=args.latency_mode in ("netem", "worker"),
+                                       latency_s=2e-6 * args.latency_us
+                                       if args.latency_mode in ("netem", "worker") else 0.0,
+                                       emulated_s=emulated_s, cores=cores())  # fmt: skip
+                            measured.append(res)
+                            (out / "measurements.json").write_text(json.dumps(measured, indent=1))
+                        except RuntimeError as exc:
+                            failures.append(f"W={W}, {bw} Gbit/s, repeat {rep}: {exc}")
+                            sys.stderr.write(f"launch failed: W={W}, {bw} Gbit/s: {exc}\n")
+                        bar.update(1)
     finally:
         bar.close()
     if not measured:
         sys.stderr.write("error: no launch succeeded\n")
         return EXIT_FAILED
-    _fill_accuracy(measured)
     (out / "measurements.json").write_text(json.dumps(measured, indent=1))
+    measured = merge_repeats(measured)
+    _fill_accuracy(measured)
     rows = table_rows(measured, args.bucket_mb)
     with open(out / "table.csv", "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=list(COLUMNS), extrasaction="ignore")

@@ -16,7 +16,9 @@ study's driver passes the arguments. For each method (``fp32``: DDP's own C++ al
 3. **iteration**: ``--iters`` full iterations, each started after a barrier (so workers start
    together and a slow one's wait is not counted as its compute); the median over iterations of
    the slowest worker's time is kept; the hook's encode/decode seconds and payload bytes per
-   iteration come from :class:`systems.hooks.HookStats` (also the slowest worker's);
+   iteration, and its collectives per kind with their bytes (``collectives``; see
+   ``collectives_counted``), come from :class:`systems.hooks.HookStats` (also the slowest
+   worker's);
    communication is ``iteration - compute - encode - decode`` (the part not hidden behind
    compute), floored at zero;
 4. with ``--train-iters``: a fresh model trained for up to that many iterations, the test
@@ -27,10 +29,24 @@ Before the methods it calibrates the link: the median time of all-reducing ``2^k
 entries for several ``k`` is fitted to the ring model (:func:`fit_link`) to give the effective
 bandwidth and latency. Rank 0 writes everything as JSON to ``--out``.
 
-Data: scikit-learn's digits (1,797 8x8 images; a seeded 80/20 split), each worker a contiguous
-block of the training part. ``cnn`` is :func:`problems.nets.cnn` on the 8x8 images;
-``resnet18`` is :class:`problems.nets.ResNet18` on the images repeated to 3 channels and scaled
-up to 32x32 (nearest).
+Data: for ``cnn`` and ``resnet18``, scikit-learn's digits (1,797 8x8 images; a seeded 80/20
+split), each worker a contiguous block of the training part. ``cnn`` is
+:func:`problems.nets.cnn` on the 8x8 images; ``resnet18`` is :class:`problems.nets.ResNet18` on
+the images repeated to 3 channels and scaled up to 32x32 (nearest). ``mlp`` is
+:func:`systems.teacher.wide_mlp` (4.28 M parameters) on :func:`systems.teacher.teacher_data`
+(labels of a fixed random teacher network, generated from the seed), each worker a contiguous
+block of the 16,384 training samples, tested on the 2,048 held-out ones.
+
+Emulated latency (``--emulate-latency-us D``, for kernels without netem): every collective the
+workers issue through ``torch.distributed`` (all-reduce, all-gather, broadcast, reduce-scatter)
+completes ``steps * D`` later than the network delivers it, ``steps`` being the sequential
+messages of its ring algorithm, as in :mod:`systems.model`'s costs (``2(p-1)`` for all-reduce,
+``p-1`` for the others): a synchronous call sleeps after it returns, an asynchronous one's
+``wait()`` and future complete that much later (the sleep runs on the thread that completes
+it, so the next collective queued behind it waits too, as a ring's next message would). The
+issuing thread is not held, so compute still overlaps the delayed collective. DDP's own C++
+all-reduce cannot be reached from Python, so under emulation ``fp32`` runs PyTorch's
+``allreduce_hook`` (the same all-reduce, issued from Python). Barriers are not delayed.
 """
 
 from __future__ import annotations
@@ -51,6 +67,13 @@ __all__ = ["main"]
 def _data(model: str, rank: int, world: int, seed: int):
     from sklearn.datasets import load_digits
 
+    if model == "mlp":
+        from systems.teacher import teacher_data
+
+        (X, y), test = teacher_data(seed)
+        lo, hi = rank * len(y) // world, (rank + 1) * len(y) // world
+        return (X[lo:hi], y[lo:hi]), test
+
     X, y = load_digits(return_X_y=True)
     perm = np.random.RandomState(seed).permutation(len(y))
     X, y = X[perm] / 16.0, y[perm]
@@ -65,9 +88,10 @@ def _data(model: str, rank: int, world: int, seed: int):
 
 def _model(name: str, seed: int) -> torch.nn.Module:
     from problems.nets import ResNet18, cnn
+    from systems.teacher import wide_mlp
 
     torch.manual_seed(seed)
-    m = cnn(1, 10) if name == "cnn" else ResNet18(10, 32, 3)
+    m = {"cnn": lambda: cnn(1, 10), "mlp": wide_mlp}.get(name, lambda: ResNet18(10, 32, 3))()
     m = m.to_empty(device="cpu")
     torch.manual_seed(seed)
     for mod in m.modules():
@@ -95,6 +119,8 @@ def _ddp(args, spec: str):
     hook = None
     if spec == "fp16":
         model.register_comm_hook(None, default_hooks.fp16_compress_hook)
+    elif spec == "fp32" and args.emulate_latency_us > 0:  # the C++ all-reduce is out of reach
+        model.register_comm_hook(None, default_hooks.allreduce_hook)
     elif spec != "fp32":
         hook = make_hook(spec).register(model)
     momentum = 0.0 if getattr(hook, "momentum_in_hook", False) else args.momentum
@@ -102,11 +128,86 @@ def _ddp(args, spec: str):
     return model, hook, opt
 
 
+#: sequential messages of each collective's ring algorithm on ``p`` workers
+LATENCY_STEPS = {
+    "all_reduce": lambda p: 2 * (p - 1),
+    "all_gather": lambda p: p - 1,
+    "all_gather_into_tensor": lambda p: p - 1,
+    "broadcast": lambda p: p - 1,
+    "reduce_scatter": lambda p: p - 1,
+    "reduce_scatter_tensor": lambda p: p - 1,
+}
+
+
+class _Delayed:
+    """A collective's work handle whose completion comes ``delay`` seconds late."""
+
+    def __init__(self, work, delay: float) -> None:
+        self._work, self._delay = work, delay
+
+    def wait(self, *args, **kwargs):
+        out = self._work.wait(*args, **kwargs)
+        time.sleep(self._delay)
+        return out
+
+    def get_future(self) -> torch.futures.Future:
+        delay = self._delay
+
+        def late(fut):
+            time.sleep(delay)
+            return fut.value()
+
+        return self._work.get_future().then(late)
+
+    def __getattr__(self, name: str):
+        return getattr(self._work, name)
+
+
+def emulate_latency(delay_s: float, world: int) -> dict[str, float]:
+    """Delay every collective of :data:`LATENCY_STEPS` by ``steps(world) * delay_s`` (see the
+    module docstring); returns the delay applied per kind. Undone only by a new process."""
+    applied = {}
+    for name, steps in LATENCY_STEPS.items():
+        orig = getattr(dist, name, None)
+        if orig is None or delay_s <= 0 or world < 2:
+            continue
+        d = steps(world) * delay_s
+        applied[name] = d
+
+        def delayed(*args, _orig=orig, _d=d, **kwargs):
+            work = _orig(*args, **kwargs)
+            if kwargs.get("async_op", False):
+                return _Delayed(work, _d)
+            time.sleep(_d)
+            return work
+
+        setattr(dist, name, delayed)
+    return applied
+
+
 def _step(model, opt, batch) -> None:
     x, y = batch
     opt.zero_grad(set_to_none=False)
     torch.nn.functional.cross_entropy(model(x), y).backward()
     opt.step()
+
+
+def _collectives(hook, stats: dict, n: int, sent: float) -> dict[str, dict[str, float | None]]:
+    """Per kind of collective (``comm.hooks.KINDS``), how many the hook issued and the payload
+    bytes it handed them, per iteration (the slowest worker's, as ``sent_bytes``). Without a
+    hook (fp32, PyTorch's fp16 hook) DDP's all-reduces are not counted, their bytes are the
+    model's size (declared)."""
+    from comm.hooks import KINDS
+
+    if hook is None:
+        return {"allreduce": {"count": None, "bytes": _slowest([sent])}}
+    return {
+        kind: {
+            "count": _slowest([stats.get(f"{kind}_count", 0) / n]),
+            "bytes": _slowest([stats.get(f"{kind}_bytes", 0) / n]),
+        }
+        for kind in KINDS
+    }
 
 
 def _slowest(values: list[float]) -> float:
@@ -207,6 +308,8 @@ def _measure(args, spec: str, train, test) -> dict:
         "encode_s": _slowest([enc]),
         "decode_s": _slowest([dec]),
         "sent_bytes": _slowest([float(sent)]),
+        "collectives": _collectives(hook, stats, n, float(sent)),
+        "collectives_counted": "declared" if hook is None else str(stats.get("counted")),
         "sizes": sizes,
     }
     out["comm_s"] = max(0.0, out["iter_s"] - out["compute_s"] - out["encode_s"] - out["decode_s"])
@@ -232,12 +335,13 @@ def _accuracy(args, spec: str, train, test) -> dict:
             if flag.item():
                 reached = it
                 break
-    return {"iters_to_target": reached, "final_acc": acc, "target_acc": args.target_acc}
+    return {"iters_to_target": reached, "final_acc": acc, "target_acc": args.target_acc,
+            "trained_iters": it}  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m systems.networker")
-    ap.add_argument("--model", choices=("cnn", "resnet18"), default="cnn")
+    ap.add_argument("--model", choices=("cnn", "resnet18", "mlp"), default="cnn")
     ap.add_argument("--method", action="append", required=True, help="fp32, fp16 or a hook spec")
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
@@ -250,6 +354,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--eval-every", type=int, default=10)
     ap.add_argument("--target-acc", type=float, default=0.9)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--emulate-latency-us", type=float, default=0.0, help="delay per worker-to-worker message"
+    )
     ap.add_argument("--timeout", type=float, default=600.0)
     ap.add_argument("--out", required=True)
     return ap
@@ -263,7 +370,10 @@ def main(argv: list[str] | None = None) -> int:
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.timeout))
     rank, world = dist.get_rank(), dist.get_world_size()
     train, test = _data(args.model, rank, world, args.seed)
-    result = {"workers": world, "model": args.model, "calibration": _calibrate(), "methods": []}
+    emulated = emulate_latency(1e-6 * args.emulate_latency_us, world)
+    result = {"workers": world, "model": args.model, "threads": torch.get_num_threads(),
+              "emulated_latency_s": emulated, "calibration": _calibrate(),
+              "methods": []}  # fmt: skip
     for spec in args.method:
         result["methods"].append(_measure(args, spec, train, test))
         if rank == 0:  # written after each method: a failure later keeps what was measured

@@ -1,14 +1,25 @@
-"""When does compression pay? ``python -m systems.utility --model resnet50 --workers 64
---bandwidth 10`` measures every compressor's encode/decode on this machine at the model's size
-and predicts, with the performance model of :mod:`systems.model` (Agarwal et al., MLSys 2022,
-arXiv 2103.00543), the iteration time against optimized synchronous SGD.
+"""When does compression pay, per compressor of the library? ``python -m systems.utility --model
+resnet50 --workers 64 --bandwidth 10`` measures every compressor's encode/decode on this machine
+at the model's size and predicts, with the performance model of :mod:`systems.model` (Agarwal et
+al., MLSys 2022, arXiv 2103.00543), the iteration time against the 16-bit baseline: fp16
+all-reduce of DDP's buckets overlapped with the backward pass (Han et al., HotNets 2024, arXiv
+2407.01378); fp32 all-reduce is printed beside it.
+
+For the DDP comm hooks a user would deploy (PowerSGD, which all-reduces its factors, and the
+others of :mod:`systems.hooks`), ``--hooks 'SPEC;SPEC'`` hands the question to
+:mod:`systems.pays`, which models each hook's own declared collectives per bucket (a note on
+stderr says so; ``--workers`` becomes ``--gpus``). The compressor table here models a whole
+gradient compressed as one flat message, each compressor's collective from its declarations
+(:func:`systems.measure.collective_of`: ``rank:r=4`` draws a private Gaussian query, so its
+payloads are all-gathered; PowerSGD's shared, warm-started query is the hook's, not this).
 
 Per compressor it prints the bits ratio (payload bits over ``32 d``), the measured
-encode+decode milliseconds, the collective (all-reduce when payloads can be summed, see
-:func:`systems.measure.collective_of`, else all-gather, unless ``--collective`` says
-otherwise), the predicted iteration time, the speed-up over synchronous SGD and the break-even
-bandwidth below which compression wins; then the speed-up at each of ``--table-bandwidths``.
-``--plot FIG.png`` draws the speed-up against bandwidth from 1 to 100 Gbit/s.
+encode+decode milliseconds (on this CPU: ``--codec-scale F`` multiplies them, for a target
+device faster at them), the collective (``--collective`` overrides it), the predicted iteration
+time, the speed-up over the fp16 baseline and the break-even bandwidth below which compression
+wins; then the speed-up at each of ``--table-bandwidths``. ``--plot FIG.png`` draws the speed-up
+against bandwidth from 1 to 100 Gbit/s. The compute time per iteration defaults to
+:data:`systems.pays.DEFAULT_COMPUTE_MS` (an assumption; stderr says so).
 
 Measurements are cached (:func:`systems.measure.cache_path`); when the table reuses cached ones,
 stderr says so: from which file, measured when, on which host and by which process, and that
@@ -23,6 +34,7 @@ import argparse
 import math
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +42,7 @@ from tqdm import tqdm
 
 from compressors.registry import parse_spec
 from systems import model
+from systems import pays as _pays
 from systems.layers import MODELS, model_sizes
 from systems.measure import VECTOR_UPDATES, Measurement, lookup, measure_cached
 
@@ -44,25 +57,25 @@ DEFAULT_COMPRESSORS = (
     "rank:r=4",
 )
 
-# Forward+backward milliseconds per iteration used when --compute-ms is not given: ResNet-50 is
-# the calibrated figure of systems.paper (a V100 at batch 64); the others scale it by their
-# forward FLOPs (ResNet-101 7.8 vs 4.1 GFLOPs, He et al. 2016 Table 1) or are a rough V100
-# figure (BERT-base, sequence 128, batch 32). They are defaults to override, not measurements.
-DEFAULT_COMPUTE_MS = {"resnet50": 290.0, "resnet101": 550.0, "bert-base": 350.0}
+# The target's forward+backward milliseconds when --compute-ms is not given: assumptions,
+# stated where they are defined (systems.pays).
+DEFAULT_COMPUTE_MS = _pays.DEFAULT_COMPUTE_MS
 
 Measurer = Callable[[str, tuple[int, ...]], Measurement]
 
 
-def predict(s: model.Setting, m: Measurement, gbps, collective: str, method: str = "dcgd"):
-    """Keyword arguments of :func:`systems.model.compressed_time` for measurement ``m``."""
+def predict(s: model.Setting, m: Measurement, gbps, collective: str, method: str = "dcgd",
+            codec_scale: float = 1.0):  # fmt: skip
+    """Keyword arguments of :func:`systems.model.compressed_time` for measurement ``m`` (its
+    codec times multiplied by ``codec_scale``)."""
     if collective == "auto":
         collective = m.collective
     return dict(
         bits=float(m.bits),
-        encode_s=m.encode_s,
-        decode_s=m.decode_s,
+        encode_s=m.encode_s * codec_scale,
+        decode_s=m.decode_s * codec_scale,
         collective=collective,
-        extra_s=VECTOR_UPDATES[method] * m.axpy_s,
+        extra_s=VECTOR_UPDATES[method] * m.axpy_s * codec_scale,
     )
 
 
@@ -92,6 +105,18 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--remeasure", action="store_true",
                     help="measure afresh, replacing the cached measurements")  # fmt: skip
     ap.add_argument("--quiet", action="store_true", help="no progress bar while measuring")
+    ap.add_argument(
+        "--codec-scale",
+        type=float,
+        default=1.0,
+        help="multiply the encode/decode times measured here by this factor",
+    )
+    ap.add_argument(
+        "--hooks",
+        default=None,
+        metavar="SPEC;SPEC",
+        help="model DDP comm hooks instead (systems.pays), e.g. 'powersgd:rank=4'",
+    )
     ap.add_argument("--table-bandwidths", default="1,10,25,100", metavar="GBPS,GBPS,...")
     ap.add_argument("--plot", default=None, metavar="FIG.png")
     return ap
@@ -118,6 +143,8 @@ def _check(args) -> str | None:
         return f"--compute-ms must be >= 0, got {args.compute_ms}"
     if not args.speedup > 0:
         return f"--speedup must be > 0, got {args.speedup}"
+    if not (args.codec_scale > 0 and math.isfinite(args.codec_scale)):
+        return f"--codec-scale must be a finite number > 0, got {args.codec_scale}"
     if not args.latency_us >= 0:
         return f"--latency-us must be >= 0, got {args.latency_us}"
     if args.params is not None and args.params < 1:
@@ -141,6 +168,8 @@ def main(argv: list[str] | None = None, measurer: Measurer | None = None) -> int
     """Run the command line; ``measurer(spec, sizes)`` replaces the cached measurement."""
     ap = _parser()
     args = ap.parse_args(argv)
+    if args.hooks is not None:
+        return _to_pays(args)
     bad = _check(args)
     try:
         table_bw = [float(v) for v in args.table_bandwidths.split(",")]
@@ -164,6 +193,7 @@ def main(argv: list[str] | None = None, measurer: Measurer | None = None) -> int
         compute_s=compute_ms / 1e3,
         speedup=args.speedup,
         alpha=args.latency_us * 1e-6,
+        wire_bytes=2,
     )
     try:
         measured = _measure_all(args, sizes, measurer)
@@ -171,13 +201,19 @@ def main(argv: list[str] | None = None, measurer: Measurer | None = None) -> int
         return _fail(f"cannot write the measurement cache {e.filename!r}: {e.strerror or e}")
 
     t_sync = float(model.sync_sgd_time(s, args.bandwidth))
+    t_fp32 = float(model.sync_sgd_time(replace(s, wire_bytes=4), args.bandwidth))
     name = f"{args.model}" if args.params is None else f"flat vector of {args.params} floats"
     print(
         f"model {name}: d={s.d}, workers={s.workers}, bandwidth={args.bandwidth:g} Gbit/s, "
         f"compute {s.compute * 1e3:.1f} ms (speedup {args.speedup:g}), latency "
         f"{args.latency_us:g} us, method {args.method}"
     )
-    print(f"sync SGD (bucketed ring all-reduce overlapped with backward): {t_sync * 1e3:.1f} ms")
+    print(f"sync SGD, fp32 all-reduce (DDP buckets overlapped with backward): "
+          f"{t_fp32 * 1e3:.1f} ms")  # fmt: skip
+    print(
+        f"sync SGD, fp16 all-reduce (the 16-bit baseline of the speed-ups): {t_sync * 1e3:.1f} ms"
+    )
+    print(_assumptions(args), file=sys.stderr)
     header = (
         f"{'compressor':<20} {'collective':<10} {'bits ratio':>10} {'enc+dec ms':>10} "
         f"{'iter ms':>9} {'speedup':>8} {'break-even Gbps':>15}"
@@ -187,7 +223,7 @@ def main(argv: list[str] | None = None, measurer: Measurer | None = None) -> int
     rows = []
     for spec in args.compressors:
         m = measured[spec]
-        kw = predict(s, m, args.bandwidth, args.collective, args.method)
+        kw = predict(s, m, args.bandwidth, args.collective, args.method, args.codec_scale)
         t = float(model.compressed_time(s, args.bandwidth, **kw))
         be = model.break_even_bandwidth(s, **kw)
         rows.append((spec, kw))
@@ -197,7 +233,11 @@ def main(argv: list[str] | None = None, measurer: Measurer | None = None) -> int
             f"{t * 1e3:>9.1f} {t_sync / t:>8.3f} {_break_even(be):>15}"
         )
     print()
-    print("predicted speedup over sync SGD at " + ", ".join(f"{b:g}" for b in table_bw) + " Gbit/s")
+    print(
+        "predicted speedup over fp16 sync SGD at "
+        + ", ".join(f"{b:g}" for b in table_bw)
+        + " Gbit/s"
+    )
     print(f"{'compressor':<20} " + " ".join(f"{f'{b:g} Gbps':>10}" for b in table_bw))
     bw = np.asarray(table_bw)
     for spec, kw in rows:
@@ -212,6 +252,31 @@ def main(argv: list[str] | None = None, measurer: Measurer | None = None) -> int
             )
         print(f"plot written to {args.plot}")
     return 0
+
+
+def _assumptions(args) -> str:
+    """What the table pairs: codec times of this CPU with a target's compute time."""
+    compute = ("--compute-ms" if args.compute_ms is not None
+               else f"the default for {args.model} ({DEFAULT_COMPUTE_MS[args.model]:g} ms), "
+               "an assumption")  # fmt: skip
+    scale = "" if args.codec_scale == 1 else f" times --codec-scale {args.codec_scale:g}"
+    return (
+        f"note: encode/decode times are this machine's ({args.device}){scale}; compute is "
+        f"{compute}; for DDP comm hooks (PowerSGD all-reduces its factors) use --hooks or "
+        "python -m systems.pays"
+    )
+
+
+def _to_pays(args) -> int:
+    """``--hooks``: the same question for DDP comm hooks, answered by :mod:`systems.pays`."""
+    argv = ["--model", args.model, "--gpus", str(args.workers), "--bandwidth",
+            str(args.bandwidth), "--hooks", args.hooks, "--latency-us", str(args.latency_us),
+            "--codec-scale", str(args.codec_scale)]  # fmt: skip
+    if args.compute_ms is not None:
+        argv += ["--compute-ms", str(args.compute_ms / args.speedup)]
+    argv += ["--remeasure"] * args.remeasure + ["--quiet"] * args.quiet
+    print("note: --hooks: answered by python -m systems.pays " + " ".join(argv), file=sys.stderr)
+    return _pays.main(argv)
 
 
 def _measure_all(args, sizes: tuple[int, ...], measurer: Measurer | None) -> dict:
@@ -273,7 +338,7 @@ def _plot(s: model.Setting, rows, out: Path, name: str) -> None:
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("bandwidth (Gbit/s)")
-    ax.set_ylabel("predicted speedup over sync SGD")
+    ax.set_ylabel("predicted speedup over fp16 sync SGD")
     ax.set_title(f"{name}, {s.workers} workers")
     ax.legend(fontsize=7)
     out.parent.mkdir(parents=True, exist_ok=True)

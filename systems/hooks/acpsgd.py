@@ -38,7 +38,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from comm.hooks import CommHook
+from comm.hooks import Collective, CommHook, itemsize, numel_of
 from systems.hooks.registry import register
 
 __all__ = ["ACPSGD"]
@@ -119,20 +119,42 @@ class ACPSGD(CommHook):
                 e.sub_(p @ q.T)
             parts += [g.reshape(-1) for g in raw]
             flat = torch.cat(parts)
-        self.allreduce(flat)
-        with self.timer("decode"):
-            flat.div_(W)
-            off = 0
-            for a, (_, p, q) in zip(mats, self._state[idx], strict=True):
-                f = p if compute_p else q
-                f.copy_(flat[off : off + f.numel()].view_as(f))
-                off += f.numel()
-                torch.matmul(p, q.T, out=a)
-            for g in raw:
-                g.copy_(flat[off : off + g.numel()].view_as(g))
-                off += g.numel()
         self.tick(bucket)
-        return self.done(buf)
+        state = self._state[idx]
+
+        def decode(fut: torch.futures.Future) -> torch.Tensor:
+            fut.value()
+            with self.timer("decode"):
+                flat.div_(W)
+                off = 0
+                for a, (_, p, q) in zip(mats, state, strict=True):
+                    f = p if compute_p else q
+                    f.copy_(flat[off : off + f.numel()].view_as(f))
+                    off += f.numel()
+                    torch.matmul(p, q.T, out=a)
+                for g in raw:
+                    g.copy_(flat[off : off + g.numel()].view_as(g))
+                    off += g.numel()
+            return buf
+
+        # one collective per bucket, issued at once: the buckets' order is DDP's on every rank
+        return self.allreduce_future(flat).then(decode)
+
+    def plan(self, shapes, world_size, dtype=torch.float32, step=None):
+        """One all-reduce of the factors and the raw (1-D) gradients: ``sum n r + raw`` values
+        at a P-step (``(step - start_iter)`` even; ``step=None`` is a P-step), ``sum m r +
+        raw`` at a Q-step; the whole bucket before ``start_iter``."""
+        if step is not None and step < self.start_iter:
+            return self.plain_plan(shapes, dtype)
+        p_step = step is None or (step - self.start_iter) % 2 == 0
+        total = 0
+        for shape in shapes:
+            if len(shape) < 2:
+                total += numel_of(shape)
+                continue
+            n, m = int(shape[0]), numel_of(shape[1:])
+            total += (n if p_step else m) * min(n, m, self.rank_r)
+        return [Collective("allreduce", total * itemsize(dtype))]
 
 
 register(ACPSGD)

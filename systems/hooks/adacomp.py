@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from comm.hooks import CommHook
+from comm.hooks import Collective, CommHook, numel_of
 from systems.hooks.registry import register
 
 __all__ = ["AdaComp", "adacomp_select", "pack_signs", "unpack_signs"]
@@ -138,20 +138,32 @@ class AdaComp(CommHook):
                     pack_signs(torch.cat(sign_parts)),
                 ]
             )
-        gathered = self.allgather_varlen(msg)
-        with self.timer("decode"):
-            P = len(params)
-            ends_t = torch.tensor(ends, device=flat.device)
-            out = torch.zeros_like(flat)
-            for m in gathered:
-                sc = m[: 4 * P].clone().view(torch.float32)
-                k = (8 * (m.numel() - 4 * P)) // 33
-                ix = m[4 * P : 4 * P + 4 * k].clone().view(torch.int32).to(torch.int64)
-                pos = unpack_signs(m[4 * P + 4 * k :], k)
-                mag = sc[torch.searchsorted(ends_t, ix, right=True)]
-                out.index_add_(0, ix, torch.where(pos, mag, -mag))
-            buf.copy_(out.div_(self.world_size))
-        return self.done(buf)
+
+        def decode(fut: torch.futures.Future) -> torch.Tensor:
+            gathered = fut.value()
+            with self.timer("decode"):
+                P = len(params)
+                ends_t = torch.tensor(ends, device=flat.device)
+                out = torch.zeros_like(flat)
+                for m in gathered:
+                    sc = m[: 4 * P].clone().view(torch.float32)
+                    k = (8 * (m.numel() - 4 * P)) // 33
+                    ix = m[4 * P : 4 * P + 4 * k].clone().view(torch.int32).to(torch.int64)
+                    pos = unpack_signs(m[4 * P + 4 * k :], k)
+                    mag = sc[torch.searchsorted(ends_t, ix, right=True)]
+                    out.index_add_(0, ix, torch.where(pos, mag, -mag))
+                buf.copy_(out.div_(self.world_size))
+            return buf
+
+        return self.in_turn(lambda: self.allgather_varlen_future(msg).then(decode), buf)
+
+    def plan(self, shapes, world_size, dtype=torch.float32, step=None):
+        """One variable-length all-gather: the int64 length, then the message of ``4 P + 4 k
+        + ceil(k / 8)`` bytes, ``k`` the selected entries; nominally one per bin (``k = sum
+        ceil(n / L_T)``), the count varying with the data."""
+        k = sum(-(-numel_of(s) // (self.bin_conv if len(s) >= 3 else self.bin_fc)) for s in shapes)
+        msg = 4 * len(shapes) + 4 * k + -(-k // 8)
+        return [Collective("allgather", 8), Collective("allgather", msg, True)]
 
 
 register(AdaComp)

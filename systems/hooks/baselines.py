@@ -30,8 +30,8 @@ class AllReduce(CommHook):
             buf.div_(self.world_size)
         return self.allreduce_future(buf).then(lambda fut: fut.value()[0])
 
-    def plan(self, shapes, world_size, dtype=torch.float32):
-        return [Collective("allreduce", sum(numel_of(s) for s in shapes) * itemsize(dtype))]
+    def plan(self, shapes, world_size, dtype=torch.float32, step=None):
+        return self.plain_plan(shapes, dtype)
 
 
 class HalfAllReduce(CommHook):
@@ -53,7 +53,7 @@ class HalfAllReduce(CommHook):
 
         return fut.then(back)
 
-    def plan(self, shapes, world_size, dtype=torch.float32):
+    def plan(self, shapes, world_size, dtype=torch.float32, step=None):
         numel = sum(numel_of(s) for s in shapes)
         return [Collective("allreduce", numel * itemsize(self.wire_dtype))]
 

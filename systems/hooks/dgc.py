@@ -19,7 +19,7 @@ import math
 import torch
 import torch.distributed as dist
 
-from comm.hooks import CommHook
+from comm.hooks import Collective, CommHook, numel_of
 from systems.hooks.registry import register
 
 __all__ = ["DGC", "dgc_select", "warmup_ratio"]
@@ -229,26 +229,54 @@ class DGC(CommHook):
                 val = torch.cat(val_parts).to(torch.float32)
                 payload = torch.cat([idx, val.view(torch.int32)])
             dense = torch.cat(dense_parts) if dense_parts else None
-        if dense is not None:
-            self.allreduce(dense)
-        gathered = self.allgather_varlen(payload) if payload is not None else []
-        with self.timer("decode"):
-            out = torch.zeros_like(flat)
-            for msg in gathered:
-                k = msg.numel() // 2
-                out.index_add_(0, msg[:k].to(torch.int64), msg[k:].view(torch.float32))
-            out.div_(world)
-            d_off = 0
-            for p, o, n, sparse in spans:
-                if sparse:
-                    continue
-                avg = dense[d_off : d_off + n] / world
-                out[o : o + n] = self._accumulate(p, avg, sparse=False)
-                d_off += n
-            buf.copy_(out)
-            if bucket.is_last():
-                self._step += 1
-        return self.done(buf)
+        if bucket.is_last():
+            self._step += 1
+
+        def decode(fut: torch.futures.Future) -> torch.Tensor:
+            results = [f.value() for f in fut.value()]
+            gathered = results[-1] if payload is not None else []
+            with self.timer("decode"):
+                out = torch.zeros_like(flat)
+                for msg in gathered:
+                    k = msg.numel() // 2
+                    out.index_add_(0, msg[:k].to(torch.int64), msg[k:].view(torch.float32))
+                out.div_(world)
+                d_off = 0
+                for p, o, n, sparse in spans:
+                    if sparse:
+                        continue
+                    avg = dense[d_off : d_off + n] / world
+                    out[o : o + n] = self._accumulate(p, avg, sparse=False)
+                    d_off += n
+                buf.copy_(out)
+            return buf
+
+        def start() -> torch.futures.Future:
+            futs = [self.allreduce_future(dense)] if dense is not None else []
+            if payload is not None:
+                futs.append(self.allgather_varlen_future(payload))
+            return torch.futures.collect_all(futs).then(decode)
+
+        return self.in_turn(start, buf)
+
+    def plan(self, shapes, world_size, dtype=torch.float32, step=None):
+        """The dense (1-D) gradients all-reduced (float32), then the sparsified ones' selection
+        as one variable-length all-gather: the int64 length, then ``k`` int32 indices and ``k``
+        float32 values, ``k = sum ceil(ratio n)`` over the sparsified tensors at the ratio of
+        ``step`` (:func:`warmup_ratio`; ``None``: after warm-up) — nominal, as the threshold
+        selection may send fewer. At a ratio of 1 nothing is sparsified."""
+        ratio = self.ratio if step is None else warmup_ratio(step, self.ratio, self.warmup_steps)
+        dense = k = 0
+        for shape in shapes:
+            n = numel_of(shape)
+            if len(shape) > 1 and ratio < 1.0:
+                k += min(n, max(1, math.ceil(ratio * n)))
+            else:
+                dense += n
+        out = [Collective("allreduce", 4 * dense)] if dense else []
+        if k:
+            out += [Collective("allgather", 8), Collective("allgather", 8 * k, True)]
+        return out
 
 
 register(DGC)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from comm.hooks import CommHook
+from comm.hooks import Collective, CommHook, numel_of
 from compressors.fosgd import irwht, padded_dim, rwht
 from streams import Streams, tags
 from systems.hooks.registry import register
@@ -76,17 +76,28 @@ class FOSGD(CommHook):
             packed = (bits.to(torch.uint8) * weights.to(buf.device)).sum(1, dtype=torch.uint8)
             scale = lam.to(torch.float32).reshape(1).view(torch.uint8)
             payload = torch.cat([packed, scale])
-        gathered = self.allgather(payload)
-        with self.timer("decode"):
-            rows = torch.stack(gathered)  # (world, ceil(n / 8) + 4)
-            lams = rows[:, -4:].contiguous().view(torch.float32).to(work)  # (world, 1)
-            unpacked = (rows[:, :-4, None] & weights.to(buf.device)) != 0
-            q = (2.0 * unpacked.reshape(rows.shape[0], -1)[:, :n].to(work) - 1.0) * lams
-            avg = irwht(q.mean(0, keepdim=True), signs, d)[0]
-            buf.copy_(avg)
         if bucket.is_last():
             self._step += 1
-        return self.done(buf)
+
+        def decode(fut: torch.futures.Future) -> torch.Tensor:
+            gathered = fut.value()
+            with self.timer("decode"):
+                rows = torch.stack(gathered)  # (world, ceil(n / 8) + 4)
+                lams = rows[:, -4:].contiguous().view(torch.float32).to(work)  # (world, 1)
+                unpacked = (rows[:, :-4, None] & weights.to(buf.device)) != 0
+                q = (2.0 * unpacked.reshape(rows.shape[0], -1)[:, :n].to(work) - 1.0) * lams
+                avg = irwht(q.mean(0, keepdim=True), signs, d)[0]
+                buf.copy_(avg)
+            return buf
+
+        # one collective per bucket, issued at once: the buckets' order is DDP's on every rank
+        return self.allgather_future(payload).then(decode)
+
+    def plan(self, shapes, world_size, dtype=torch.float32, step=None):
+        """One all-gather of ``ceil(n / 8) + 4`` bytes, ``n`` the bucket's size padded to a
+        power of two."""
+        n = padded_dim(sum(numel_of(s) for s in shapes))
+        return [Collective("allgather", -(-n // 8) + 4)]
 
     def signs(self, n: int, step: int, index: int, device=None, dtype=torch.float32):
         """The transform's signs ``(1, n)`` of a step and bucket, the same on every rank."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from comm.hooks import CommHook
+from comm.hooks import Collective, CommHook, itemsize, numel_of
 from systems.hooks.registry import register
 
 __all__ = ["GreedyLore", "compressible"]
@@ -109,8 +109,14 @@ class GreedyLore(CommHook):
         if bucket.is_last():
             self._iter += 1
         if t < self.start_iter:
-            self.allreduce(buf)
-            return self.done(buf.div_(self.world_size))
+
+            def mean(fut: torch.futures.Future) -> torch.Tensor:
+                fut.value()
+                with self.timer("decode"):
+                    buf.div_(self.world_size)
+                return buf
+
+            return self.allreduce_future(buf).then(mean)
         mats = []  # (key, matrix view of the gradient, r) of the compressed gradients
         plain = []
         for p, g in zip(bucket.parameters(), bucket.gradients(), strict=True):
@@ -134,34 +140,56 @@ class GreedyLore(CommHook):
                     self.E[key] = self.E[key] + P @ R
                 rs.append(R.reshape(-1))
             payload = torch.cat([x.reshape(-1) for x in plain] + rs)
-        self.allreduce(payload)
-        with self.timer("decode"):
-            payload.div_(self.world_size)
-            parts = payload.split([x.numel() for x in plain] + [x.numel() for x in rs])
-            for g, part in zip(plain, parts[: len(plain)], strict=True):
-                g.copy_(part.view_as(g))
-            for (key, g, r), part in zip(mats, parts[len(plain) :], strict=True):
-                d = self.P[key] @ part.view(r, -1)
-                if self.ef == "ef21":
-                    d = self.E_mean[key] = self.E_mean[key] + d
-                g.copy_(d)
-        return self.done(buf)
+
+        def decode(fut: torch.futures.Future) -> torch.Tensor:
+            fut.value()
+            with self.timer("decode"):
+                payload.div_(self.world_size)
+                parts = payload.split([x.numel() for x in plain] + [x.numel() for x in rs])
+                for g, part in zip(plain, parts[: len(plain)], strict=True):
+                    g.copy_(part.view_as(g))
+                for (key, g, r), part in zip(mats, parts[len(plain) :], strict=True):
+                    d = self.P[key] @ part.view(r, -1)
+                    if self.ef == "ef21":
+                        d = self.E_mean[key] = self.E_mean[key] + d
+                    g.copy_(d)
+            return buf
+
+        # one collective per bucket, issued at once: the buckets' order is DDP's on every rank
+        return self.allreduce_future(payload).then(decode)
+
+    def plan(self, shapes, world_size, dtype=torch.float32, step=None):
+        """One all-reduce: the whole bucket before ``start_iter`` and at a refresh step, else
+        the uncompressed gradients and the ``r x m`` projections of the compressed ones."""
+        if step is not None and (
+            step < self.start_iter or (step - self.start_iter) % self.update_proj_gap == 0
+        ):
+            return self.plain_plan(shapes, dtype)
+        total = 0
+        for shape in shapes:
+            r = compressible(torch.Size(shape), self.rank_r, self.min_compression_rate)
+            total += r * numel_of(shape[1:]) if r else numel_of(shape)
+        return [Collective("allreduce", total * itemsize(dtype))]
 
     def _refresh(self, buf: torch.Tensor, mats, first: bool) -> torch.futures.Future:
         local = {}
         if self.ef == "ef21":
             local = {key: g.clone() for key, g, _ in mats if first or key not in self.E}
-        self.allreduce(buf)
-        with self.timer("decode"):
-            buf.div_(self.world_size)
-            for key, g, r in mats:
-                work = g if g.dtype == torch.float64 else g.float()
-                self.P[key] = torch.linalg.svd(work, full_matrices=False)[0][:, :r].to(g.dtype)
-                if self.ef == "ef14":
-                    self.E[key] = torch.zeros_like(g)
-                elif key in local:
-                    self.E[key], self.E_mean[key] = local[key], g.clone()
-        return self.done(buf)
+
+        def decode(fut: torch.futures.Future) -> torch.Tensor:
+            fut.value()
+            with self.timer("decode"):
+                buf.div_(self.world_size)
+                for key, g, r in mats:
+                    work = g if g.dtype == torch.float64 else g.float()
+                    self.P[key] = torch.linalg.svd(work, full_matrices=False)[0][:, :r].to(g.dtype)
+                    if self.ef == "ef14":
+                        self.E[key] = torch.zeros_like(g)
+                    elif key in local:
+                        self.E[key], self.E_mean[key] = local[key], g.clone()
+            return buf
+
+        return self.allreduce_future(buf).then(decode)
 
 
 register(GreedyLore)

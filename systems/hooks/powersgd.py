@@ -52,7 +52,7 @@ import torch
 import torch.distributed as dist
 
 from comm.error_feedback import Memory, compensate_, residual_
-from comm.hooks import Collective, CommHook, itemsize, numel_of
+from comm.hooks import Collective, CommHook, chain, itemsize, numel_of
 from compressors.rank_r import gram_schmidt_
 from systems.hooks.registry import register
 
@@ -125,9 +125,13 @@ class PowerSGD(CommHook):
         r = min(n, m, self.rank_r)
         return (n + m) * r * self.min_compression_rate < n * m
 
-    def plan(self, shapes, world_size, dtype=torch.float32):
+    def plan(self, shapes, world_size, dtype=torch.float32, step=None):
         """The raw (uncompressed) layers' all-reduce, then ``P``'s, then ``Q``'s: each of the
-        compressed layers ``(n, m)`` adds ``n r`` to ``P`` and ``m r`` to ``Q``."""
+        compressed layers ``(n, m)`` adds ``n r`` to ``P`` and ``m r`` to ``Q`` (a bucket with
+        no compressed layer issues the raw all-reduce alone, one with no raw layer ``P`` and
+        ``Q`` alone); the whole bucket before ``start_iter``."""
+        if step is not None and step < self.start_iter:
+            return self.plain_plan(shapes, dtype)
         size = itemsize(dtype)
         raw = p_len = q_len = 0
         for shape in shapes:
@@ -147,11 +151,10 @@ class PowerSGD(CommHook):
         return out
 
     def reduce(self, bucket: dist.GradBucket) -> torch.futures.Future:
-        buf = bucket.buffer()
-        W = self.world_size
         if self.iter < self.start_iter:
             return self.plain_step(bucket)
-
+        buf = bucket.buffer()
+        W = self.world_size
         idx = bucket.index()
         eps = self.orthogonalization_epsilon
         with self.timer("encode"):
@@ -163,6 +166,7 @@ class PowerSGD(CommHook):
                 by_shape[g.shape].append(g)
             mats = [g.view(g.shape[0], -1) for group in by_shape.values() for g in group]
             ranks = [min(a.shape[0], a.shape[1], self.rank_r) for a in mats]
+            memory, inputs = None, []
             if self.error_feedback:
                 memory = self._errors.setdefault(idx, Memory())
                 for j, a in enumerate(mats):
@@ -178,39 +182,51 @@ class PowerSGD(CommHook):
             flat_raw = torch.cat([g.reshape(-1) for g in raw]) if raw else None
             p_parts = [(a @ q).reshape(-1) for a, q in zip(mats, qs, strict=True)]
             p_flat = torch.cat(p_parts) if mats else None
-        raw_work = self.allreduce(flat_raw, async_op=True) if flat_raw is not None else None
-        if p_flat is not None:
-            self.allreduce(p_flat)
+        self.tick(bucket)
+        ps: list[torch.Tensor] = []
+
+        def compute_q(fut: torch.futures.Future) -> torch.futures.Future:
+            fut.value()
             with self.timer("encode"):
-                ps, off = [], 0
+                off = 0
                 for a, r in zip(mats, ranks, strict=True):
                     ps.append(gram_schmidt_(p_flat[off : off + a.shape[0] * r].view(-1, r), eps))
                     off += a.shape[0] * r
                 q_flat = torch.cat([(a.T @ p).reshape(-1) for a, p in zip(mats, ps, strict=True)])
-            self.allreduce(q_flat)
+            return self.allreduce_future(q_flat)
+
+        def decode(fut: torch.futures.Future) -> torch.Tensor:
+            done = fut.value()
             with self.timer("decode"):
-                q_flat.div_(W)
-                qs, off = [], 0
-                for a, p, r in zip(mats, ps, ranks, strict=True):
-                    q = q_flat[off : off + a.shape[1] * r].view(-1, r)
-                    off += a.shape[1] * r
-                    torch.matmul(p, q.T, out=a)
-                    qs.append(q)
-                if self.warm_start:
-                    self._qs[idx] = qs
-                if self.error_feedback:
-                    for j, (m, a) in enumerate(zip(inputs, mats, strict=True)):
-                        memory.keep(j, residual_(m, a))  # e = M - P Q^T
-        if raw_work is not None:
-            raw_work.wait()
-            with self.timer("decode"):
-                flat_raw.div_(W)
-                off = 0
-                for g in raw:
-                    g.copy_(flat_raw[off : off + g.numel()].view_as(g))
-                    off += g.numel()
-        self.tick(bucket)
-        return self.done(buf)
+                if p_flat is not None:
+                    q_flat = done[-1].value()[0].div_(W)
+                    new_qs, off = [], 0
+                    for a, p, r in zip(mats, ps, ranks, strict=True):
+                        q = q_flat[off : off + a.shape[1] * r].view(-1, r)
+                        off += a.shape[1] * r
+                        torch.matmul(p, q.T, out=a)
+                        new_qs.append(q)
+                    if self.warm_start:
+                        self._qs[idx] = new_qs
+                    if memory is not None:
+                        for j, (m, a) in enumerate(zip(inputs, mats, strict=True)):
+                            memory.keep(j, residual_(m, a))  # e = M - P Q^T
+                if flat_raw is not None:
+                    done[0].value()
+                    flat_raw.div_(W)
+                    off = 0
+                    for g in raw:
+                        g.copy_(flat_raw[off : off + g.numel()].view_as(g))
+                        off += g.numel()
+            return buf
+
+        def start() -> torch.futures.Future:
+            futs = [self.allreduce_future(flat_raw)] if flat_raw is not None else []
+            if p_flat is not None:
+                futs.append(chain(self.allreduce_future(p_flat), compute_q, buf))
+            return torch.futures.collect_all(futs).then(decode)
+
+        return self.in_turn(start, buf)
 
 
 register(PowerSGD)

@@ -78,6 +78,12 @@ class PowerSGDPlus(PowerSGD):
         """Whether step ``t`` (counted from 0) refreshes the queries."""
         return t >= self.start_iter and self.period > 0 and (t - self.start_iter) % self.period == 0
 
+    def plan(self, shapes, world_size, dtype=torch.float32, step=None):
+        """PowerSGD's plan, and one all-reduce of the whole bucket at a refresh step."""
+        if step is not None and self.is_refresh(step):
+            return self.plain_plan(shapes, dtype)
+        return super().plan(shapes, world_size, dtype, step)
+
     def reduce(self, bucket: dist.GradBucket) -> torch.futures.Future:
         if not self.is_refresh(self.iter):
             return super().reduce(bucket)
@@ -92,15 +98,19 @@ class PowerSGDPlus(PowerSGD):
             if self.error_feedback and memory is not None:
                 for j, a in enumerate(mats):
                     compensate_(a, memory.get(j))
-        self.allreduce(buf)
-        with self.timer("decode"):
-            buf.div_(self.world_size)
-            self._qs[idx] = [
-                refresh_query(a, min(a.shape[0], a.shape[1], self.rank_r)) for a in mats
-            ]
-            self._errors.pop(idx, None)
         self.tick(bucket)
-        return self.done(buf)
+
+        def decode(fut: torch.futures.Future) -> torch.Tensor:
+            fut.value()
+            with self.timer("decode"):
+                buf.div_(self.world_size)
+                self._qs[idx] = [
+                    refresh_query(a, min(a.shape[0], a.shape[1], self.rank_r)) for a in mats
+                ]
+                self._errors.pop(idx, None)
+            return buf
+
+        return self.in_turn(lambda: self.allreduce_future(buf).then(decode), buf)
 
 
 register(PowerSGDPlus)

@@ -62,6 +62,7 @@ _MODULES = (
     "fosgd",
     "greedylore",
     "powersgd_plus",
+    "torch_hooks",
 )
 
 

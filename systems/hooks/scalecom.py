@@ -39,7 +39,7 @@ import torch
 import torch.distributed as dist
 
 from comm.error_feedback import Memory
-from comm.hooks import CommHook
+from comm.hooks import Collective, CommHook, chain, itemsize, numel_of
 from compressors.top_k import top_k_indices
 from systems.hooks.registry import register
 
@@ -108,20 +108,36 @@ class ScaleCom(CommHook):
                 sel = top_k_indices(v.abs().view(1, -1), k).view(-1).to(torch.int32)
             else:
                 sel = torch.empty(k, dtype=torch.int32, device=buf.device)
-        self._count(sel)
-        src = leader if self.group is None else dist.get_global_rank(self.group, leader)
-        dist.broadcast(sel, src=src, group=self.group)
-        with self.timer("encode"):
-            sel = sel.long()
-            vals = v[sel]
-            v[sel] = 0  # v is now the residual v - C_I(v)
-            self._memory.keep(idx_b, v)
-        self.allreduce(vals)
-        with self.timer("decode"):
-            buf.zero_()
-            buf[sel] = vals.div_(W)
         self.tick(bucket)
-        return self.done(buf)
+        kept: list[torch.Tensor] = []
+
+        def send_values(fut: torch.futures.Future) -> torch.futures.Future:
+            fut.value()
+            with self.timer("encode"):
+                kept.append(sel.long())
+                vals = v[kept[0]]
+                v[kept[0]] = 0  # v is now the residual v - C_I(v)
+                self._memory.keep(idx_b, v)
+            return self.allreduce_future(vals)
+
+        def decode(fut: torch.futures.Future) -> torch.Tensor:
+            vals = fut.value()[0]
+            with self.timer("decode"):
+                buf.zero_()
+                buf[kept[0]] = vals.div_(W)
+            return buf
+
+        return self.in_turn(
+            lambda: chain(self.broadcast_future(sel, leader), send_values, buf).then(decode), buf
+        )
+
+    def plan(self, shapes, world_size, dtype=torch.float32, step=None):
+        """The leader's ``k`` int32 indices broadcast, then the ``k`` values all-reduced
+        (``k`` from the bucket's size); the whole bucket before ``start_iter``."""
+        if step is not None and step < self.start_iter:
+            return self.plain_plan(shapes, dtype)
+        k = self.k_of(sum(numel_of(s) for s in shapes))
+        return [Collective("broadcast", 4 * k), Collective("allreduce", k * itemsize(dtype))]
 
 
 register(ScaleCom)

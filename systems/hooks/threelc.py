@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 
 from comm.error_feedback import Memory, compensate_, residual_
-from comm.hooks import CommHook
+from comm.hooks import Collective, CommHook, numel_of
 from compressors.threelc import quartic_decode, quartic_encode, ternarize, zre_decode, zre_encode
 from systems.hooks.registry import register
 
@@ -76,21 +76,32 @@ class ThreeLC(CommHook):
                     zre_encode(torch.cat(streams)),
                 ]
             )
-        gathered = self.allgather_varlen(msg)
-        with self.timer("decode"):
-            P = len(params)
-            nbytes = [-(-n // 5) for n in sizes]
-            out = torch.zeros_like(flat)
-            for m in gathered:
-                amax = m[: 4 * P].clone().view(torch.float32)
-                parts = torch.split(zre_decode(m[4 * P :]), nbytes)
-                vals = [
-                    quartic_decode(b, n).to(torch.float32) * amax[j] * self.s
-                    for j, (b, n) in enumerate(zip(parts, sizes, strict=True))
-                ]
-                out.add_(torch.cat(vals))
-            buf.copy_(out.div_(self.world_size))
-        return self.done(buf)
+
+        def decode(fut: torch.futures.Future) -> torch.Tensor:
+            gathered = fut.value()
+            with self.timer("decode"):
+                P = len(params)
+                nbytes = [-(-n // 5) for n in sizes]
+                out = torch.zeros_like(flat)
+                for m in gathered:
+                    amax = m[: 4 * P].clone().view(torch.float32)
+                    parts = torch.split(zre_decode(m[4 * P :]), nbytes)
+                    vals = [
+                        quartic_decode(b, n).to(torch.float32) * amax[j] * self.s
+                        for j, (b, n) in enumerate(zip(parts, sizes, strict=True))
+                    ]
+                    out.add_(torch.cat(vals))
+                buf.copy_(out.div_(self.world_size))
+            return buf
+
+        return self.in_turn(lambda: self.allgather_varlen_future(msg).then(decode), buf)
+
+    def plan(self, shapes, world_size, dtype=torch.float32, step=None):
+        """One variable-length all-gather: the int64 length, then ``4 P`` bytes of scales and
+        the zero-run encoded quartic bytes; nominally the quartic stream itself (``sum
+        ceil(n / 5)`` bytes), which zero-run encoding shortens by an amount set by the data."""
+        msg = 4 * len(shapes) + sum(-(-numel_of(s) // 5) for s in shapes)
+        return [Collective("allgather", 8), Collective("allgather", msg, True)]
 
 
 register(ThreeLC)

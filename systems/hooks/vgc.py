@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from comm.hooks import CommHook
+from comm.hooks import Collective, CommHook
 from systems.hooks.registry import register
 
 __all__ = ["VarianceCompression", "pack_words", "unpack_words"]
@@ -128,15 +128,24 @@ class VarianceCompression(CommHook):
             v.mul_(torch.where(send, 0.0, self.zeta))
             self._store(self._r, params, r)
             self._store(self._v, params, v)
-        gathered = self.allgather_varlen(payload)
-        with self.timer("decode"):
-            scales = torch.cat([m[:1].view(torch.float32) for m in gathered])
-            counts = torch.tensor([m.numel() - 1 for m in gathered], device=buf.device)
-            i, neg, e = unpack_words(torch.cat([m[1:] for m in gathered]), self.exp_bits)
-            mag = scales.repeat_interleave(counts).to(buf.dtype) * torch.exp2(-e.to(buf.dtype))
-            out = torch.zeros_like(buf).index_add_(0, i, torch.where(neg, -mag, mag))
-            buf.copy_(out.div_(self.world_size))
-        return self.done(buf)
+
+        def decode(fut: torch.futures.Future) -> torch.Tensor:
+            gathered = fut.value()
+            with self.timer("decode"):
+                scales = torch.cat([m[:1].view(torch.float32) for m in gathered])
+                counts = torch.tensor([m.numel() - 1 for m in gathered], device=buf.device)
+                i, neg, e = unpack_words(torch.cat([m[1:] for m in gathered]), self.exp_bits)
+                mag = scales.repeat_interleave(counts).to(buf.dtype) * torch.exp2(-e.to(buf.dtype))
+                out = torch.zeros_like(buf).index_add_(0, i, torch.where(neg, -mag, mag))
+                buf.copy_(out.div_(self.world_size))
+            return buf
+
+        return self.in_turn(lambda: self.allgather_varlen_future(payload).then(decode), buf)
+
+    def plan(self, shapes, world_size, dtype=torch.float32, step=None):
+        """One variable-length all-gather: the int64 length, then ``4 (1 + k)`` bytes; how many
+        entries pass ``r^2 > alpha v`` is set by the data, nominally none (the scale alone)."""
+        return [Collective("allgather", 8), Collective("allgather", 4, True)]
 
 
 register(VarianceCompression)

@@ -233,6 +233,12 @@ def test_collective_and_timings_are_consistent(results):
             st = run["stats"]
             assert st["buckets"] == len(run["calls"]) == 1 + 2 * (STEPS - 1)
             assert st["collectives"] == sum(run["ops"].values()) >= st["buckets"]
+            # per kind: as many as the comm layer called, the ledger's bytes split between them
+            assert st["allreduce_count"] == run["ops"].get("all_reduce", 0), (spec, ef)
+            assert st["allgather_count"] == run["ops"].get("all_gather", 0), (spec, ef)
+            assert st["allreduce_count"] + st["allgather_count"] == st["collectives"]
+            assert st["allreduce_bytes"] + st["allgather_bytes"] == st["sent_bytes"], (spec, ef)
+            assert st["broadcast_count"] == st["broadcast_bytes"] == 0
             gathered = "all_gather" in run["ops"]
             assert run["allreducible"] == (not gathered), (spec, ef, run["ops"])
             wall = sum(call["wall"] for call in run["calls"])
@@ -243,6 +249,103 @@ def test_collective_and_timings_are_consistent(results):
     }
     assert by_spec[("identity", "none")] and by_spec[("randk:k=5,shared=true", "ef14")]
     assert not by_spec[("topk:ratio=0.1", "ef14")] and not by_spec[("qsgd:levels=4", "none")]
+
+
+class _Bucket:
+    """A bucket of ``d`` values of one parameter, as the hook reads a ``GradBucket``."""
+
+    def __init__(self, d: int, rank: int) -> None:
+        self.param = torch.zeros(d)
+        self.flat = torch.arange(d, dtype=torch.float32) * (rank + 1)
+
+    def buffer(self):
+        return self.flat
+
+    def parameters(self):
+        return [self.param]
+
+    def index(self):
+        return 0
+
+    def is_last(self):
+        return True
+
+
+def _worker_thread(rank, world):
+    """A bucket the compressor refuses (Top-K's k = 5 of 4 values), then one it takes; then
+    the worker threads of a collected hook and of a closed one."""
+    import gc
+
+    hook = make_hook("comp:topk:k=5@none")
+    bad = hook.reduce(_Bucket(4, rank))
+    good = hook.reduce(_Bucket(20, rank))
+    try:
+        bad.wait()
+        error = None
+    except Exception as exc:  # noqa: BLE001 - what the waiter sees
+        error = f"{type(exc).__name__}: {exc}"
+    avg = good.wait().clone()
+    thread = hook._thread
+    alive = thread.is_alive()
+    del hook, bad, good
+    gc.collect()
+    thread.join(10)
+    closed = make_hook("comp:topk:k=5@none")
+    closed.reduce(_Bucket(20, rank)).wait()
+    other = closed._thread
+    closed.close()
+    other.join(10)
+    return {
+        "error": error,
+        "avg": avg,
+        "alive_before": alive,
+        "alive_after_gc": thread.is_alive(),
+        "alive_after_close": other.is_alive(),
+    }
+
+
+def test_worker_thread_errors_and_lifetime():
+    """A bucket's exception is set on its future and the thread goes on with the next bucket;
+    the thread stops when the hook is collected or closed."""
+    res = run_ddp(2, _worker_thread)
+    want = torch.zeros(20)
+    top = torch.arange(15, 20, dtype=torch.float32)
+    want[15:] = (top * 1 + top * 2) / 2
+    for r in res:
+        assert r["error"] is not None and "k must be <= d" in r["error"], r["error"]
+        assert "bucket 0, segment 0 of 4 values" in r["error"]
+        assert torch.equal(r["avg"], want)
+        assert r["alive_before"] and not r["alive_after_gc"] and not r["alive_after_close"], r
+
+
+def test_plan_of_each_path():
+    """The declared collectives per bucket (the DDP runs of tests/systems/test_hooks_plan.py
+    hold them to what is issued): Top-K all-gathers k (32 + ceil(log2 d)) bits in whole bytes,
+    layerwise one message per parameter, EF21's first round all-reduces the bucket, a shared
+    support all-reduces its k float32 values, a variable-size payload sends a 16-byte header
+    first and its nominal size from expected_bits (max_bits where no mean is declared)."""
+    shapes = [(16, 12), (16,)]
+    gather = make_hook("comp:topk:ratio=0.1@ef14").plan(shapes, 2)
+    assert [(c.kind, c.nbytes, c.data_dependent) for c in gather] == [
+        ("allgather", math.ceil(parse_spec("topk:ratio=0.1").bits(208) / 8), False)
+    ]
+    per_layer = CompressorHook(spec="topk:ratio=0.1@ef14", layerwise=True).plan(shapes, 2)
+    assert [c.nbytes for c in per_layer] == [math.ceil(19 * (32 + 8) / 8), math.ceil(2 * 36 / 8)]
+    ef21 = make_hook("comp:topk:ratio=0.1@ef21")
+    assert [(c.kind, c.nbytes) for c in ef21.plan(shapes, 2, step=0)] == [("allreduce", 4 * 208)]
+    assert ef21.plan(shapes, 2, step=1) == ef21.plan(shapes, 2) == gather
+    shared = make_hook("comp:randk:k=5,shared=true@none").plan(shapes, 2, torch.float64)
+    assert [(c.kind, c.nbytes) for c in shared] == [("allreduce", 5 * 8)]
+    head, data = make_hook("comp:bernoulli:p=0.1@none").plan(shapes, 2)
+    assert (head.kind, head.nbytes, head.data_dependent) == ("allgather", 16, False)
+    expected = parse_spec("bernoulli:p=0.1").expected_bits(208)
+    assert data.data_dependent and data.nbytes == math.ceil(expected / 8)
+    thr = parse_spec("threshold:lam=0.05")
+    assert thr.expected_bits(208) is None
+    _, data = make_hook("comp:threshold:lam=0.05@none").plan(shapes, 2)
+    assert data.data_dependent and data.nbytes == math.ceil(thr.max_bits(208) / 8)
+    with pytest.raises(ValueError, match="segment 1 of 16 values: k must be <= d"):
+        CompressorHook(spec="topk:k=20@none", layerwise=True).plan(shapes, 2)
 
 
 def test_spec_parsing_and_refusals():

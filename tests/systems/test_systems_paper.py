@@ -8,14 +8,18 @@ from systems.layers import model_shapes
 
 def test_powersgd_loses_above_about_9_gbps():
     be = paper.powersgd_crossover()
-    assert 8.0 < be < 11.0  # 9.46 Gbit/s with the inputs of systems.paper
+    # 9.31 Gbit/s with the (fitted, circular) inputs of systems.paper; 9.46 before the model
+    # had DDP's 1 MiB first bucket
+    assert 8.0 < be < 11.0
     assert paper.powersgd_speedup(5.0) > 1.0 > paper.powersgd_speedup(25.0)
     assert paper.powersgd_speedup(100.0) < 1.0
 
 
 def test_faster_compute_makes_powersgd_pay():
     fast = float(paper.powersgd_speedup(10.0, speedup=4.0))
-    assert 1.5 < fast < 2.0  # about 1.75x in the paper; 1.73 here
+    assert (
+        1.5 < fast < 2.0
+    )  # about 1.75x in the paper; 1.66 here (1.73 before the 1 MiB first bucket)
     assert fast > float(paper.powersgd_speedup(10.0, speedup=1.0))
     assert paper.powersgd_crossover(speedup=4.0) > 2 * paper.powersgd_crossover()
 
