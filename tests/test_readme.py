@@ -329,6 +329,14 @@ EXERCISED: dict[str, Use] = {
         "dist, root): the study with repeats and the link probe at one bandwidth; the full "
         "study is a command, not a test",
     ),
+    "torchrun --nnodes 2 --node-rank R --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint "
+    "HOST0:29500 -m systems.networker --model mlp --method fp16 --method powersgd:rank=4 --method "
+    "torch-powersgd:rank=4 --train-iters 400 --target-acc 0.75 --out launch.json": Use(
+        None,
+        where="needs two hosts; the same worker under torchrun on one host, in network "
+        "namespaces, is test_tiny_two_worker_run_over_a_throttled_link "
+        "(tests/systems/test_netstudy.py, dist, root)",
+    ),
     "python -m systems.pays --model resnet50 --gpus 64 --bandwidth 10 --hooks "
     "'fp16;powersgd:rank=4'": Use(
         None,
