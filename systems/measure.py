@@ -220,15 +220,7 @@ def lookup(
     names = {f.name for f in fields(Measurement)}
     if not isinstance(entry, dict) or not names <= set(entry):
         return None
-    meta = entry.get("measured") if isinstance(entry.get("measured"), dict) else {}
-    mtime = datetime.datetime.fromtimestamp(path.stat().st_mtime, datetime.timezone.utc)
-    provenance = {
-        "path": str(path),
-        "measured": meta.get("at"),
-        "host": meta.get("host"),
-        "pid": meta.get("pid"),
-        "file_mtime": mtime.strftime("%Y-%m-%d %H:%M UTC"),
-    }
+    provenance = _provenance(path, entry)
     return Measurement(**{k: entry[k] for k in names}), provenance
 
 
@@ -265,6 +257,19 @@ def measure_cached(
     return m
 
 
+def _provenance(path: Path, entry: dict) -> dict:
+    """Where a cached entry came from: the file, when, on which host and by which process."""
+    meta = entry.get("measured") if isinstance(entry.get("measured"), dict) else {}
+    mtime = datetime.datetime.fromtimestamp(path.stat().st_mtime, datetime.timezone.utc)
+    return {
+        "path": str(path),
+        "measured": meta.get("at"),
+        "host": meta.get("host"),
+        "pid": meta.get("pid"),
+        "file_mtime": mtime.strftime("%Y-%m-%d %H:%M UTC"),
+    }
+
+
 def lookup_record(key: str, path: Path | None = None) -> tuple[dict, dict] | None:
     """A cached record stored by :func:`store_record` under ``key`` and where it came from
     (the provenance of :func:`lookup`), or ``None``. Keys name the device (:func:`device_key`)
@@ -273,15 +278,7 @@ def lookup_record(key: str, path: Path | None = None) -> tuple[dict, dict] | Non
     entry = _read_cache(path).get(key)
     if not isinstance(entry, dict) or "value" not in entry:
         return None
-    meta = entry.get("measured") if isinstance(entry.get("measured"), dict) else {}
-    mtime = datetime.datetime.fromtimestamp(path.stat().st_mtime, datetime.timezone.utc)
-    provenance = {
-        "path": str(path),
-        "measured": meta.get("at"),
-        "host": meta.get("host"),
-        "pid": meta.get("pid"),
-        "file_mtime": mtime.strftime("%Y-%m-%d %H:%M UTC"),
-    }
+    provenance = _provenance(path, entry)
     return entry["value"], provenance
 
 

@@ -64,7 +64,22 @@ def available() -> tuple[bool, str]:
     for tool in ("ip", "tc"):
         if shutil.which(tool) is None:
             return False, f"the {tool!r} tool is not installed"
-    probe = f"{PREFIX}probe{os.getpid() % 100000}"
+
+    def shape(probe: str) -> tuple[bool, str]:
+        try:
+            _run("ip", "netns", "exec", probe, "tc", "qdisc", "add", "dev", "pa", "root", "tbf",
+                 "rate", "1gbit", "burst", "64kb", "latency", "50ms")  # fmt: skip
+        except LinkError as exc:
+            return False, f"cannot make a throttled veth link ({exc})"
+        return True, ""
+
+    return _on_scratch_veth("probe", shape)
+
+
+def _on_scratch_veth(what: str, fn) -> tuple[bool, str]:
+    """``fn(namespace)`` on a veth pair ``pa``/``pb`` made in a scratch namespace, removed
+    afterwards; ``(False, why)`` where the namespace or the pair cannot be made."""
+    probe = f"{PREFIX}{what}{os.getpid() % 100000}"
     try:
         _run("ip", "netns", "add", probe)
     except LinkError as exc:
@@ -72,36 +87,26 @@ def available() -> tuple[bool, str]:
     try:
         _run("ip", "netns", "exec", probe, "ip", "link", "add", "pa", "type", "veth", "peer",
              "name", "pb")  # fmt: skip
-        _run("ip", "netns", "exec", probe, "tc", "qdisc", "add", "dev", "pa", "root", "tbf",
-             "rate", "1gbit", "burst", "64kb", "latency", "50ms")  # fmt: skip
+        return fn(probe)
     except LinkError as exc:
-        return False, f"cannot make a throttled veth link ({exc})"
+        return False, f"cannot make a veth link ({exc})"
     finally:
         _run("ip", "netns", "del", probe, check=False)
-    return True, ""
 
 
 def netem_available() -> tuple[bool, str]:
     """Whether this kernel has the netem qdisc (link delay): ``(True, "")`` or ``(False, why)``,
     tried on a veth pair in a scratch namespace."""
-    probe = f"{PREFIX}netem{os.getpid() % 100000}"
-    try:
-        _run("ip", "netns", "add", probe)
-    except LinkError as exc:
-        return False, f"cannot create a network namespace ({exc})"
-    try:
-        _run("ip", "netns", "exec", probe, "ip", "link", "add", "pa", "type", "veth", "peer",
-             "name", "pb")  # fmt: skip
+
+    def delay(probe: str) -> tuple[bool, str]:
         proc = _run("ip", "netns", "exec", probe, "tc", "qdisc", "add", "dev", "pa", "root",
                     "netem", "delay", "1us", check=False)  # fmt: skip
         if proc.returncode != 0:
             why = proc.stderr.strip() or proc.stdout.strip()
             return False, f"tc qdisc add ... netem failed ({why}): the kernel lacks sch_netem"
         return True, ""
-    except LinkError as exc:
-        return False, str(exc)
-    finally:
-        _run("ip", "netns", "del", probe, check=False)
+
+    return _on_scratch_veth("netem", delay)
 
 
 def _netem_available(ns: str, dev: str) -> bool:
