@@ -56,7 +56,19 @@ from comm.hooks import Collective, CommHook, chain, itemsize, numel_of
 from compressors.rank_r import gram_schmidt_
 from systems.hooks.registry import register
 
-__all__ = ["PowerSGD", "gram_schmidt_"]
+__all__ = ["PowerSGD", "check_powersgd_args", "gram_schmidt_"]
+
+
+def check_powersgd_args(name: str, rank, min_compression_rate, orthogonalization_epsilon) -> None:
+    """The parameter checks shared by the PowerSGD hooks (``name`` prefixes the message)."""
+    if not isinstance(rank, int) or isinstance(rank, bool) or rank < 1:
+        raise ValueError(f"{name}: rank must be an integer >= 1, got {rank!r}")
+    if not min_compression_rate > 0:
+        raise ValueError(f"{name}: min_compression_rate must be > 0, got {min_compression_rate!r}")
+    if not orthogonalization_epsilon >= 0:
+        raise ValueError(
+            f"{name}: orthogonalization_epsilon must be >= 0, got {orthogonalization_epsilon!r}"
+        )
 
 
 class PowerSGD(CommHook):
@@ -89,17 +101,7 @@ class PowerSGD(CommHook):
         seed: int = 0,
     ) -> None:
         super().__init__(process_group)
-        if not isinstance(rank, int) or rank < 1:
-            raise ValueError(f"powersgd: rank must be an integer >= 1, got {rank!r}")
-        if not min_compression_rate > 0:
-            raise ValueError(
-                f"powersgd: min_compression_rate must be > 0, got {min_compression_rate!r}"
-            )
-        if not orthogonalization_epsilon >= 0:
-            raise ValueError(
-                "powersgd: orthogonalization_epsilon must be >= 0, "
-                f"got {orthogonalization_epsilon!r}"
-            )
+        check_powersgd_args(self.name, rank, min_compression_rate, orthogonalization_epsilon)
         self.rank_r = rank
         self.start_iter = self.check_start_iter(self.name, start_iter)
         self.min_compression_rate = float(min_compression_rate)

@@ -35,6 +35,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as ps
 
 from comm.hooks import Collective, CommHook, itemsize, numel_of
+from systems.hooks.powersgd import check_powersgd_args
 from systems.hooks.registry import register
 
 __all__ = ["TorchBF16", "TorchFP16", "TorchPowerSGD"]
@@ -95,17 +96,7 @@ class TorchPowerSGD(_TorchHook):
         seed: int = 0,
     ) -> None:
         super().__init__(process_group)
-        if not isinstance(rank, int) or isinstance(rank, bool) or rank < 1:
-            raise ValueError(f"torch-powersgd: rank must be an integer >= 1, got {rank!r}")
-        if not min_compression_rate > 0:
-            raise ValueError(
-                f"torch-powersgd: min_compression_rate must be > 0, got {min_compression_rate!r}"
-            )
-        if not orthogonalization_epsilon >= 0:
-            raise ValueError(
-                "torch-powersgd: orthogonalization_epsilon must be >= 0, "
-                f"got {orthogonalization_epsilon!r}"
-            )
+        check_powersgd_args(self.name, rank, min_compression_rate, orthogonalization_epsilon)
         self.rank_r = rank
         self.start_iter = self.check_start_iter(self.name, start_iter)
         self.min_compression_rate = float(min_compression_rate)
