@@ -34,6 +34,7 @@ import torch.distributed as dist
 from torch import nn
 
 from comm.hooks import Timer
+from systems.hooks.bench import resolve_device
 
 __all__ = ["ShapeModule", "SyncTimer", "resolve_device", "time_hook"]
 
@@ -83,21 +84,6 @@ class SyncTimer(Timer):
         span = super().__call__(what)  # measured elsewhere: no synchronisation to add
         span.t0 = time.perf_counter() - seconds
         span.__exit__()
-
-
-def resolve_device(device: torch.device | str) -> torch.device:
-    """``device`` with a CUDA index filled in; ``ValueError`` for CUDA without a CUDA device."""
-    dev = torch.device(device)
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ValueError(f"device {device!r}: no CUDA device is available")
-        if dev.index is None:
-            dev = torch.device("cuda", torch.cuda.current_device())
-        if dev.index >= torch.cuda.device_count():
-            raise ValueError(f"device {device!r}: {torch.cuda.device_count()} CUDA device(s)")
-    elif dev.type != "cpu":
-        raise ValueError(f"device {device!r}: allowed: cpu, cuda, cuda:N")
-    return dev
 
 
 def time_hook(

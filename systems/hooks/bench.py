@@ -47,7 +47,7 @@ from collections.abc import Callable, Sequence
 import torch
 import torch.distributed as dist
 
-__all__ = ["bench", "main", "split_hooks"]
+__all__ = ["bench", "main", "resolve_device", "split_hooks"]
 
 log = logging.getLogger("compzoo.hooks.bench")
 
@@ -57,6 +57,21 @@ DEFAULT_HOOKS = (
 )
 TORCH_HOOKS = ("torch-allreduce", "torch-fp16", "torch-bf16", "torch-powersgd")
 MODELS = ("mlp", "cnn", "resnet18")
+
+
+def resolve_device(device: torch.device | str) -> torch.device:
+    """``device`` with a CUDA index filled in; ``ValueError`` for CUDA without a CUDA device."""
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"--device {device}: no CUDA device is available")
+        if dev.index is None:
+            dev = torch.device("cuda", torch.cuda.current_device())
+        if dev.index >= torch.cuda.device_count():
+            raise ValueError(f"--device {device}: {torch.cuda.device_count()} CUDA device(s)")
+    elif dev.type != "cpu":
+        raise ValueError(f"--device {device}: allowed: cpu, cuda, cuda:N")
+    return dev
 
 
 def split_hooks(text: str) -> list[str]:
@@ -268,12 +283,7 @@ def bench(
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     if model not in MODELS:
         raise ValueError(f"unknown model {model!r}; allowed: {', '.join(MODELS)}")
-    dev = torch.device(device)
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ValueError(f"--device {device}: no CUDA device is available")
-        if dev.index is None:
-            dev = torch.device("cuda", torch.cuda.current_device())
+    dev = resolve_device(device)
     own = not dist.is_initialized()
     if own:
         backend = "nccl" if dev.type == "cuda" else "gloo"
