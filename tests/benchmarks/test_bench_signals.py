@@ -99,11 +99,28 @@ def running(pid: int) -> bool:
         return False
 
 
+def _cmdline(pid: int) -> bytes | None:
+    try:
+        return (Path("/proc") / str(pid) / "cmdline").read_bytes()
+    except OSError:
+        return None
+
+
+def _before_exec(bench: Bench) -> bool:
+    """Whether a child of the benchmark is still between its fork and its exec. Python starts
+    a process with vfork: until the child execs, the parent waits in the call, so a child
+    frozen there would hold the benchmark itself, signal handlers included. Such a child
+    still shows its parent's command line (the same memory)."""
+    own = _cmdline(bench.proc.pid)
+    return any(_cmdline(c) == own for c in _children().get(bench.proc.pid, []))
+
+
 def wait_for_descendants(bench: Bench) -> list[int]:
+    """The processes the benchmark has started, once none of its children is mid-start."""
     deadline = time.monotonic() + WAIT
     while time.monotonic() < deadline:
         kids = descendants(bench.proc.pid)
-        if kids:
+        if kids and not _before_exec(bench):
             return kids
         assert bench.proc.poll() is None, "".join(bench.err)
         time.sleep(0.05)
