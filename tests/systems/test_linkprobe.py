@@ -67,10 +67,12 @@ def test_probe_measures_each_link_near_its_shaped_rate():
     assert [x["worker"] for x in res["links"]] == [0, 1] and len(res["ring_gbps"]) == 2
     for x in res["links"]:
         # tbf counts link-layer bytes: TCP's payload arrives a few per cent under the rate;
-        # the lower bounds leave room for a machine busy with other work (a stalled receiver)
-        assert 0.2 < x["up_gbps"] < 0.52 and 0.2 < x["down_gbps"] < 0.52, x
+        # the bounds leave room for a machine busy with other work: a stalled receiver below,
+        # a timing window cut short above (0.53 seen once in a loaded suite); an unshaped veth
+        # link carries several Gbit/s, far above
+        assert 0.2 < x["up_gbps"] < 0.6 and 0.2 < x["down_gbps"] < 0.6, x
         assert x["rtt_us"] > 0
-    assert all(0.15 < g < 0.52 for g in res["ring_gbps"]), res["ring_gbps"]
+    assert all(0.15 < g < 0.6 for g in res["ring_gbps"]), res["ring_gbps"]
     assert res["latency_s"] > 0 and res["pair_rtt_us"] > 0
 
 
