@@ -32,6 +32,7 @@ def table(path: Path) -> list[dict]:
         return [{k: v for k, v in r.items() if k not in TIMES} for r in csv.DictReader(fh)]
 
 
+@pytest.mark.heavy  # submitit jobs: about 20 s each on 2 cores
 def test_the_local_executor_gives_the_pools_results(tmp_path):
     local = run_sweep(EXAMPLE, tmp_path / "local", progress=False, executor="local",
                       cluster={"time_min": 5})  # fmt: skip
@@ -83,6 +84,7 @@ def _parent(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
+@pytest.mark.heavy  # submitit jobs: about 20 s each on 2 cores
 def test_a_preempted_job_checkpoints_is_requeued_and_resumes(tmp_path):
     """The job gets the scheduler's preemption signal (SIGUSR2, as submitit's local executor
     and SLURM's --signal send it) once its run has logged a few rows: the runner checkpoints,
@@ -130,6 +132,7 @@ def test_cluster_options_need_a_cluster_executor(capsys):
     assert "--time-min -1.0: must be > 0" in capsys.readouterr().err
 
 
+@pytest.mark.heavy  # submitit jobs: about 20 s each on 2 cores
 def test_a_run_of_two_tasks_is_a_torch_distributed_group(tmp_path):
     """``--tasks-per-run 2``: the job's two tasks form a gloo group (submitit's environment
     gives the ranks), each holding 3 of the 6 nodes, and follow the 6-node simulation."""

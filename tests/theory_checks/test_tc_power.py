@@ -67,6 +67,8 @@ def test_cli_power_exit_codes(capsys):
 FAST = [c for c in all_checks() if c.fast]
 
 
+# About seven minutes in all on 2 cores: run by CI after the default suite (-m heavy).
+@pytest.mark.heavy
 @pytest.mark.parametrize("chk", FAST, ids=lambda c: c.name)
 def test_fast_check_has_power(chk):
     """The correct method passes, at least one variant is named, and each one is rejected."""
