@@ -512,16 +512,15 @@ class Algorithm:
 
     def step(self, state: State, problem, comm: Comm) -> tuple[State, StepInfo]:
         """One round; bits are read off the comm ledger, never counted here."""
-        up0, down0 = comm.ledger.up.sum().item(), comm.ledger.down.sum().item()
-        new, extras = self._step(state, problem, comm)
-        comm.end_round()
+        ledger = comm.ledger
+        ledger.open_round()
+        try:
+            new, extras = self._step(state, problem, comm)
+            comm.end_round()
+        finally:
+            up, down = ledger.close_round()
         m = comm.m
-        info = StepInfo(
-            bits_up=(comm.ledger.up.sum().item() - up0) / m,
-            bits_down=(comm.ledger.down.sum().item() - down0) / m,
-            extras=extras,
-        )
-        return new, info
+        return new, StepInfo(bits_up=up / m, bits_down=down / m, extras=extras)
 
     def _step(self, state: State, problem, comm: Comm) -> tuple[State, dict[str, float]]:
         raise NotImplementedError

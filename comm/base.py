@@ -31,23 +31,54 @@ CHOICE_FLAG_BITS = 1
 
 @dataclass
 class Ledger:
-    """Cumulative bits per held node, uplink (node to server) and downlink (server to node)."""
+    """Cumulative bits per held node, uplink (node to server) and downlink (server to node).
+
+    While a round is recorded (:meth:`open_round`, as :meth:`Algorithm.step` does), every
+    charge also adds its total over the held nodes to the record, so the round's bits are known
+    without summing the whole ledger before and after it."""
 
     up: torch.Tensor
     down: torch.Tensor
     rounds: int = 0
     full_vectors_up: int = 0
     extra: dict = field(default_factory=dict)
+    # the open records, innermost last: [uplink, downlink] totals over the held nodes
+    _open: list = field(default_factory=list, repr=False, compare=False)
 
     @classmethod
     def zeros(cls, m: int) -> Ledger:
         return cls(torch.zeros(m, dtype=torch.int64), torch.zeros(m, dtype=torch.int64))
 
     def charge_up(self, nbits: torch.Tensor) -> None:
-        self.up += nbits.to(self.up.device, torch.int64)
+        nb = nbits.to(self.up.device, torch.int64)
+        self.up += nb
+        if self._open:
+            self._record(0, int(nb.sum()) * (self.up.numel() // max(1, nb.numel())))
 
     def charge_down(self, nbits: torch.Tensor | int) -> None:
-        self.down += torch.as_tensor(nbits, dtype=torch.int64)
+        if isinstance(nbits, int) and not isinstance(nbits, bool):  # the same for every node
+            self.down += nbits
+            if self._open:
+                self._record(1, nbits * self.down.numel())
+            return
+        nb = torch.as_tensor(nbits, dtype=torch.int64)
+        self.down += nb
+        if self._open:
+            self._record(1, int(nb.sum()) * (self.down.numel() // max(1, nb.numel())))
+
+    def _record(self, side: int, total: int) -> None:
+        for rec in self._open:
+            rec[side] += total
+
+    def open_round(self) -> None:
+        """Start recording the bits charged from here on (records nest)."""
+        self._open.append([0, 0])
+
+    def close_round(self) -> tuple[int, int]:
+        """Stop the innermost record: the bits charged since it opened, summed over the held
+        nodes, ``(uplink, downlink)``."""
+        up, down = self._open.pop()
+        return up, down
 
     def uncount(self) -> dict[str, list[int]]:
         """Zero the bit totals, keeping what they held in ``extra["uncounted"]`` (per held node,

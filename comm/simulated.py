@@ -37,7 +37,7 @@ class SimulatedComm(Comm):
         return rows
 
     def monitor_mean(self, v_i: torch.Tensor) -> float:
-        return float(v_i.double().mean())
+        return float((v_i if v_i.dtype == torch.float64 else v_i.double()).mean())
 
     def monitor_average(self, rows: torch.Tensor) -> torch.Tensor:
         return rows.mean(dim=0)

@@ -333,8 +333,11 @@ class Compressor:
     # ---------------------------------------------------------------- helpers
     def _packet(self, x_i: torch.Tensor, nbits, wire, meta=None, **fields: torch.Tensor) -> Packet:
         m = x_i.shape[0]
-        nb = torch.as_tensor(nbits, dtype=torch.int64, device=x_i.device)
-        nb = nb.expand(m).clone() if nb.dim() == 0 else nb
+        if isinstance(nbits, int) and not isinstance(nbits, bool):  # every row the same size
+            nb = torch.full((m,), nbits, dtype=torch.int64, device=x_i.device)
+        else:
+            nb = torch.as_tensor(nbits, dtype=torch.int64, device=x_i.device)
+            nb = nb.expand(m).clone() if nb.dim() == 0 else nb
         return Packet(fields, nb, x_i.shape[1], x_i.dtype, frozenset(wire), meta or {})
 
     def params(self) -> dict[str, Any]:
