@@ -9,6 +9,7 @@ from typing import ClassVar
 
 import torch
 
+from compressors import compiled_mlmc
 from compressors.base import Compressor, Packet, ceil_log2, check_float_bits, work_dtype
 from compressors.bitpack import BitReader, BitWriter
 from compressors.nonfinite import nonfinite_rows, poison_first, saturate
@@ -117,13 +118,23 @@ class MLMCTopK(Compressor):
         k0 = ks[0]
         if len(ks) == 1:
             ks = [k0, k0]  # L = 0: one empty increment, drawn with probability 1
+        bounds = torch.tensor(ks, device=x_i.device)
+        if compiled_mlmc.serves(x_i):  # the same order and sums (a radix sort), then the slots
+            ranked = compiled_mlmc.rank(x_i, ks)
+            norms = (ranked.csum[:, 1:] - ranked.csum[:, :-1]).clamp(min=0).sqrt()
+            level, p_l = draw_level(norms, rng)
+            lo, n_l = bounds[:-1][level], (bounds[1:] - bounds[:-1])[level]
+            width = k0 + int(self._sizes(d).max())
+            scale = (1.0 / p_l).to(x_i.dtype)
+            idx, values = compiled_mlmc.pick(x_i, ranked, k0, lo, n_l, width, scale)
+            fields = {"level": level, "indices": idx, "values": values}
+            return self._packet(x_i, self.row_bits(level, d), set(fields), **fields)
         a = x_i.abs().to(torch.float64)
         a = torch.where(torch.isfinite(a), a, torch.inf)  # non-finite entries rank first
         order = torch.sort(-a, dim=1, stable=True).indices  # by magnitude, ties to lower index
         sq = torch.gather(torch.nan_to_num(a, posinf=0.0) ** 2, 1, order)
         csum = torch.cat([torch.zeros(m, 1, dtype=torch.float64, device=a.device),
                           sq.cumsum(dim=1)], dim=1)  # fmt: skip
-        bounds = torch.tensor(ks, device=a.device)
         norms = (csum[:, bounds[1:]] - csum[:, bounds[:-1]]).clamp(min=0).sqrt()  # (m, L)
         level, p_l = draw_level(norms, rng)
         width = k0 + int(self._sizes(d).max())
@@ -353,6 +364,8 @@ class MLMCBits(Compressor):
     def _encode(self, x_i: torch.Tensor, rng: Streams) -> Packet:
         m, d = x_i.shape
         b, K, step = self.precisions(), self.depth, self.step
+        if compiled_mlmc.serves(x_i):  # the same numbers, in a few passes over the row
+            return self._encode_compiled(x_i, rng)
         s, r, bad = self._ratios(x_i)
         q0 = self._codes(r, b[0])
         norms = torch.empty(m, K + 1, dtype=torch.float64, device=x_i.device)
@@ -368,11 +381,9 @@ class MLMCBits(Compressor):
         s64 = s.to(torch.float64)
         big = torch.finfo(x_i.dtype).max
         # the drawn truncation increment: its digits and its scale s 2^-b_l / p_l
-        hi = (b[0] + step * (level.clamp(max=max(K - 1, 0)) + 1))[:, None]
+        hi, scale = self._inc_scale(s, level, p_l, trunc, x_i.dtype)
         digits = self._codes(r, hi) - self._codes(r, hi - step) * 2.0**step
         digits = torch.where(trunc[:, None], digits, 0.0).to(torch.uint8)
-        scale = torch.ldexp(s64, -hi[:, 0]) / p_l
-        scale = torch.where(trunc, scale.clamp(max=big), 0.0).to(x_i.dtype)
         # the drawn top increment (x - Q_{b_depth}(x)) / p_top, in full
         values = torch.zeros(m, d, dtype=x_i.dtype, device=x_i.device)
         top = (level == K) & ~bad
@@ -392,8 +403,32 @@ class MLMCBits(Compressor):
         }
         return self._packet(x_i, self.row_bits(level, d), set(fields), **fields)
 
+    def _inc_scale(self, s: torch.Tensor, level, p_l, trunc, dtype) -> tuple:
+        """``hi = b_l`` of each row's truncation increment (``b_1`` where the top one was drawn)
+        and its scale ``s 2^-b_l / p_l`` (saturated; 0 where no truncation increment is sent)."""
+        hi = (self.base_bits + self.step * (level.clamp(max=max(self.depth - 1, 0)) + 1))[:, None]
+        scale = torch.ldexp(s.to(torch.float64), -hi[:, 0]) / p_l
+        big = torch.finfo(dtype).max
+        return hi, torch.where(trunc, scale.clamp(max=big), 0.0).to(dtype)
+
+    def _encode_compiled(self, x_i: torch.Tensor, rng: Streams) -> Packet:
+        """:meth:`_encode` by the kernels of :mod:`compressors.compiled_mlmc`."""
+        b, K, step = self.precisions(), self.depth, self.step
+        s, bad = compiled_mlmc.bits_absmax(x_i)
+        if bool(bad.any()):  # torch's maximum of a non-finite row (its NaN) is the packet's
+            s[bad] = x_i[bad].abs().amax(dim=1)
+        norms = compiled_mlmc.bits_norms(x_i, s, bad, b, step)
+        level, p_l = draw_level(norms, rng)
+        _, scale = self._inc_scale(s, level, p_l, (level < K) & ~bad, x_i.dtype)
+        signs, q0, digits, values = compiled_mlmc.bits_fields(x_i, s, bad, level, p_l, b, step)
+        fields = {"level": level, "scale": s, "signs": signs, "q0": q0, "inc_scale": scale}
+        fields |= {"digits": digits, "values": values}
+        return self._packet(x_i, self.row_bits(level, x_i.shape[1]), set(fields), **fields)
+
     def _decode(self, packet: Packet) -> torch.Tensor:
         f = packet.fields
+        if compiled_mlmc.serves(f["values"]) and f["scale"].dtype == f["values"].dtype:
+            return compiled_mlmc.bits_decode(f, self.base_bits)
         wd = work_dtype(packet.dtype)
         s = f["scale"].to(wd)[:, None]
         mag = s * (f["q0"].to(wd) * 2.0**-self.base_bits)

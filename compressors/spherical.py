@@ -10,6 +10,7 @@ from typing import ClassVar
 
 import torch
 
+from compressors import compiled_spherical
 from compressors.base import Compressor, Packet, check_float_bits, work_dtype
 from compressors.bitpack import BitReader, BitWriter
 from streams import Streams, tags
@@ -94,7 +95,10 @@ class Spherical(Compressor):
 
     def _codebook(self, rng: Streams, d: int, dtype: torch.dtype) -> torch.Tensor:
         """The rows' codebooks ``(m, K, d)``, unit rows."""
-        u = rng.split(tags.SPHERICAL_CODEBOOK).uniform(1 << self.k, d, dtype=torch.float64)
+        K = 1 << self.k
+        if compiled_spherical.serves(rng.device, dtype, rng.m * K * d):
+            return compiled_spherical.codebook(rng.split(tags.SPHERICAL_CODEBOOK).keys, K, d, dtype)
+        u = rng.split(tags.SPHERICAL_CODEBOOK).uniform(K, d, dtype=torch.float64)
         c = torch.special.ndtri(u + 2.0**-54)  # normal by inversion, u + 2^-54 in (0, 1)
         return (c / torch.linalg.vector_norm(c, dim=2, keepdim=True)).to(dtype)
 
@@ -107,14 +111,24 @@ class Spherical(Compressor):
         coef = torch.empty(m, dtype=x.dtype, device=x.device)
         index = torch.empty(m, dtype=torch.int64, device=x.device)
         word = torch.empty(m, d, dtype=x.dtype, device=x.device)
-        step = max(1, _CHUNK // ((1 << self.k) * max(d, 1)))
+        K = 1 << self.k
+        step = max(1, _CHUNK // (K * max(d, 1)))
         for a in range(0, m, step):  # chunks of rows bound the codebooks' memory
-            book = self._codebook(rng[a : a + step], d, x.dtype)
-            score = (book * unit[a : a + step, None, :]).sum(dim=2)  # row by row, bitwise
-            j = score.abs().argmax(dim=1)
+            part = rng[a : a + step]
+            if compiled_spherical.serves(x.device, x.dtype, part.m * K * d):
+                # the same codebook's products, which torch sums, and the codeword drawn again
+                keys = part.split(tags.SPHERICAL_CODEBOOK).keys
+                prod, norm = compiled_spherical.products(keys, K, unit[a : a + step])
+                score = prod.sum(dim=2)
+                j = score.abs().argmax(dim=1)
+                word[a : a + step] = compiled_spherical.words(keys, d, j, norm, x.dtype)
+            else:
+                book = self._codebook(part, d, x.dtype)
+                score = (book * unit[a : a + step, None, :]).sum(dim=2)  # row by row, bitwise
+                j = score.abs().argmax(dim=1)
+                word[a : a + step] = book[torch.arange(j.numel(), device=x.device), j]
             rows = torch.arange(j.numel(), device=x.device)
             coef[a : a + step], index[a : a + step] = score[rows, j], j
-            word[a : a + step] = book[rows, j]
         big = torch.finfo(x_i.dtype).max
         coef = (coef * torch.where(ok, top, 0.0)).clamp(-big, big)
         coef = torch.where(torch.isfinite(top), coef, torch.nan)
