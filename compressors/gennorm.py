@@ -9,7 +9,9 @@ from typing import ClassVar
 
 import torch
 
-from compressors.base import Compressor, Packet, check_float_bits
+from compressors import compiled_gennorm as compiled
+from compressors import compiled_shared_scale
+from compressors.base import Compressor, Packet, check_float_bits, work_dtype
 from compressors.bitpack import BitReader, BitWriter
 from compressors.dithering import QSGD
 from streams import Streams
@@ -34,8 +36,11 @@ def fit_gennorm(y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     ``Gamma(2/b)^2 / (Gamma(1/b) Gamma(3/b)) = (mean |y|)^2 / mean y^2`` (bisection in
     ``log b`` over :data:`BETA_RANGE`, clamped at its ends), then
     ``alpha = mean|y| Gamma(1/b) / Gamma(2/b)``. Rows of zeros give NaN."""
-    m1 = y.abs().mean(dim=1)
-    m2 = (y * y).mean(dim=1)
+    return _fit_moments(y.abs().mean(dim=1), (y * y).mean(dim=1))
+
+
+def _fit_moments(m1: torch.Tensor, m2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`fit_gennorm` from the rows' ``mean |y|`` and ``mean y^2``."""
     target = m1 * m1 / m2
     lo = torch.full_like(m1, math.log(BETA_RANGE[0]))
     hi = torch.full_like(m1, math.log(BETA_RANGE[1]))
@@ -232,6 +237,9 @@ class GenNorm(Compressor):
         return beta.to(x_i.dtype), alpha.to(x_i.dtype)
 
     def _encode(self, x_i: torch.Tensor, rng: Streams) -> Packet:
+        x = x_i.to(work_dtype(x_i.dtype))
+        if compiled.usable(x):
+            return self._encode_compiled(x_i, x, rng)
         q = self._quantizer.encode(x_i, rng).fields
         levels = q["levels"]
         signs = q["signs"] & (levels > 0)
@@ -239,11 +247,28 @@ class GenNorm(Compressor):
         sym = self.levels + torch.where(signs, -levels.to(torch.int64), levels.to(torch.int64))
         lengths = self.code(beta, alpha)
         nbits = 3 * self.float_bits + torch.gather(lengths, 1, sym).sum(dim=1)
+        return self._made(x_i, nbits, q["norm"], signs, levels, beta, alpha)
+
+    def _encode_compiled(self, x_i: torch.Tensor, x: torch.Tensor, rng: Streams) -> Packet:
+        """:meth:`_encode` with the quantizer, the fit's means and the symbols' counts in one
+        pass (:func:`compressors.compiled_gennorm.encode`): the same packet."""
+        norm = compiled_shared_scale.max_abs(x)  # QSGD's max norm, the same bits
+        n = norm.to(torch.float64)
+        factor = self.levels / torch.where(n > 0, n, 1.0)  # as in fit
+        signs, levels, counts, m1, m2 = compiled.encode(x, norm, factor, self.levels, rng.keys)
+        if bool(torch.isfinite(n).all()):
+            beta, alpha = (v.to(x_i.dtype) for v in _fit_moments(m1, m2))
+        else:  # a row with a NaN or inf entry: torch's means (their NaN bits too)
+            beta, alpha = self.fit(x_i, norm)
+        nbits = 3 * self.float_bits + (counts * self.code(beta, alpha)).sum(dim=1)
+        return self._made(x_i, nbits, norm, signs, levels, beta, alpha)
+
+    def _made(self, x_i, nbits, norm, signs, levels, beta, alpha) -> Packet:
         return self._packet(
             x_i,
             nbits,
             {"norm", "signs", "levels", "beta", "alpha"},
-            norm=q["norm"],
+            norm=norm,
             signs=signs,
             levels=levels,
             beta=beta,

@@ -16,6 +16,7 @@ from typing import ClassVar
 
 import torch
 
+from compressors import compiled_shared_scale as compiled
 from compressors.base import Compressor, Packet, ceil_log2, check_float_bits, work_dtype
 from compressors.bitpack import BitReader, BitWriter
 from streams import Streams
@@ -150,6 +151,8 @@ class _SharedScaleQuantizer(Compressor):
         nodes is the entrywise minimum of theirs (the authors' all-reduce MIN)."""
         x = x_i.to(work_dtype(x_i.dtype))
         scale = self._scale_of(x) if scale is None else self._shared(scale, x)
+        if compiled.usable(x):  # the same choice in one pass
+            return compiled.resolution(x, scale, self.levels)
         r = x.abs() / torch.where(scale > 0, scale, 1.0)[:, None]
         res = torch.zeros(x.shape, dtype=torch.uint8, device=x.device)
         s1 = self.levels[0]
@@ -164,7 +167,7 @@ class _SharedScaleQuantizer(Compressor):
 
     @staticmethod
     def _scale_of(x: torch.Tensor) -> torch.Tensor:
-        return x.abs().amax(dim=1)
+        return compiled.max_abs(x) if compiled.usable(x) else x.abs().amax(dim=1)
 
     @staticmethod
     def _shared(scale, x: torch.Tensor) -> torch.Tensor:
@@ -172,7 +175,7 @@ class _SharedScaleQuantizer(Compressor):
         s = s.expand(x.shape[0]) if s.numel() == 1 else s
         if s.shape != (x.shape[0],):
             raise ValueError(f"scale must be a number or have shape ({x.shape[0]},)")
-        own = x.abs().amax(dim=1)
+        own = _SharedScaleQuantizer._scale_of(x)
         if bool((torch.isfinite(own) & ~(own <= s)).any()):
             raise ValueError("a shared scale must be at least every row's largest magnitude")
         return s
@@ -202,10 +205,20 @@ class _SharedScaleQuantizer(Compressor):
     def _encode(self, x_i: torch.Tensor, rng: Streams) -> Packet:
         x = x_i.to(work_dtype(x_i.dtype))
         scale = self._scale_of(x)
-        return self._quantize(x_i, x, scale, self.resolution(x, scale), rng)
+        res = None if compiled.usable(x) else self.resolution(x, scale)  # the kernel chooses
+        return self._quantize(x_i, x, scale, res, rng)
 
     def _quantize(self, x_i, x, scale, res, rng: Streams) -> Packet:
+        """The packet of ``x`` with the choice of scale ``res`` (None: :meth:`resolution`'s,
+        made with the levels by the kernel)."""
         m, d = x.shape
+        if compiled.usable(x) and (res is None or int(res.max()) < len(self.levels)):
+            signed, res = compiled.quantize(x, scale, res, self.levels, rng.keys)
+            return self._packet(
+                x_i, self.bits(d), {"scale", "levels", "res"}, scale=scale, levels=signed, res=res
+            )
+        if res is None:
+            res = self.resolution(x, scale)
         s = torch.tensor(self.levels, dtype=x.dtype, device=x.device)[res.long()]
         safe = torch.where(scale > 0, scale, 1.0)[:, None]
         y = (x.abs() / safe * s).clamp(max=float(self.levels[0]))
@@ -217,14 +230,21 @@ class _SharedScaleQuantizer(Compressor):
             x_i, self.bits(d), {"scale", "levels", "res"}, scale=scale, levels=signed, res=res
         )
 
+    def _steps(self, dtype: torch.dtype, device) -> torch.Tensor:
+        """``1 / s_k`` of each scale ``k``."""
+        s = torch.tensor(self.levels, dtype=torch.float64, device=device)
+        return (1.0 / s).to(dtype)
+
     def _step(self, res: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """``1 / s_k`` of each entry's scale."""
-        s = torch.tensor(self.levels, dtype=torch.float64, device=res.device)
-        return (1.0 / s).to(dtype)[res.long()]
+        return self._steps(dtype, res.device)[res.long()]
 
     def _decode(self, packet: Packet) -> torch.Tensor:
         f = packet.fields
         scale = f["scale"]
+        if compiled.usable(scale[:, None]) and f["levels"].dtype == torch.int32:
+            steps = self._steps(scale.dtype, scale.device)
+            return compiled.decode(scale, f["levels"], f["res"].to(torch.uint8), steps)
         return scale[:, None] * (f["levels"].to(scale.dtype) * self._step(f["res"], scale.dtype))
 
     # the all-reduce form -----------------------------------------------------------------

@@ -33,6 +33,7 @@ from typing import ClassVar
 
 import torch
 
+from compressors import compiled_dithering as compiled
 from compressors.base import Compressor, Packet, ceil_log2, check_float_bits, work_dtype
 from compressors.bitpack import (
     BitReader,
@@ -181,6 +182,8 @@ class SparseDithering(Compressor):
     def _encode(self, x_i: torch.Tensor, rng: Streams) -> Packet:
         m, d = x_i.shape
         x = x_i.to(work_dtype(x_i.dtype))
+        if compiled.usable(x):  # the same payload and size in two passes
+            return self._encode_compiled(x_i, x, rng)
         a = x.abs()
         norm = safe_norm(x, a, x_i.dtype)  # NaN for a row with a NaN or inf entry
         ok = torch.isfinite(norm) & (norm > 0)
@@ -201,10 +204,30 @@ class SparseDithering(Compressor):
             levels=level.to(torch.int32),
         )
 
+    def _encode_compiled(self, x_i: torch.Tensor, x: torch.Tensor, rng: Streams) -> Packet:
+        """:meth:`_encode` by :mod:`compressors.compiled_dithering`: the same packet."""
+        d = x.shape[1]
+        norm = safe_norm(x, None, x_i.dtype)
+        level, signs, n, gamma, notes = compiled.encode(x, norm, self.s, rng.keys)
+        k = rice_parameter(n, d)
+        # per non-zero: the quotient, its closing one, k low bits, the sign, 2 gamma + 1
+        payload = compiled.quotient_bits(level, k, notes) + n * (k + 3) + 2 * gamma
+        return self._packet(
+            x_i,
+            self.float_bits + self._width(d) + payload,
+            {"norm", "rice", "signs", "levels"},
+            norm=norm,
+            rice=k,
+            signs=signs,
+            levels=level,
+        )
+
     def _decode(self, packet: Packet) -> torch.Tensor:
         f = packet.fields
-        mag = f["norm"][:, None] * (f["levels"].to(f["norm"].dtype) / self.s)
         big = torch.finfo(packet.dtype).max
+        if compiled.usable(f["norm"][:, None]) and f["levels"].dtype == torch.int32:
+            return compiled.decode(f["norm"], f["levels"], f["signs"], self.s, big)
+        mag = f["norm"][:, None] * (f["levels"].to(f["norm"].dtype) / self.s)
         return torch.where(f["signs"], -mag, mag).clamp(-big, big)  # NaN rows stay NaN
 
     def _write(self, packet: Packet, w: BitWriter) -> None:

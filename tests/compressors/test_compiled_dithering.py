@@ -1,0 +1,124 @@
+"""The compiled sparse dithering gives the same bits as the torch form (the same ``Streams``, the
+same payload, the same counted size and decode), on ordinary and extreme inputs: zeros of both
+signs, subnormals, the dtype's max, infinities and NaN, sparse and dense outputs, rows of
+several chunks and chunks with more non-zeros than the kernel notes."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from compressors import compiled_dithering, parse_spec
+from compressors.compiled_quant import CHUNK
+from streams import Streams
+
+pytestmark = pytest.mark.skipif(not compiled_dithering.ENABLED, reason="numba is missing")
+
+SPECS = [
+    "sparse-dithering",
+    "sparse-dithering:s=0.1",
+    "sparse-dithering:s=0.5",
+    "sparse-dithering:s=3.7,float_bits=64",
+    "sparse-dithering:s=1000",
+    "sparse-dithering:s=16777216",
+]
+DTYPES = [torch.float32, torch.float64, torch.bfloat16]
+
+
+@contextlib.contextmanager
+def _torch_form():
+    """The torch form (the kernels switched off) inside the block."""
+    compiled_dithering.ENABLED = False
+    try:
+        yield
+    finally:
+        compiled_dithering.ENABLED = True
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    if not t.is_floating_point():
+        return t
+    return t.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(_bits(a), _bits(b))
+
+
+def _input(m: int, d: int, kind: int, dtype: torch.dtype, gen: torch.Generator) -> torch.Tensor:
+    x = torch.randn(m, d, generator=gen, dtype=torch.float64)
+    fi = torch.finfo(dtype)
+    if kind == 1:  # magnitudes over the whole range
+        x = x * torch.exp(30 * torch.randn(m, d, generator=gen, dtype=torch.float64))
+    elif kind == 2:  # extremes mixed in
+        special = [0.0, -0.0, fi.max, -fi.max, fi.tiny, -fi.tiny / 8, math.inf, math.nan]
+        vals = torch.tensor(special, dtype=torch.float64)
+        pick = torch.randint(0, len(special), (m, d), generator=gen)
+        x = torch.where(torch.rand(m, d, generator=gen) < 0.3, vals[pick], x)
+    elif kind == 3:  # exact grid points, ties and zeros
+        x = torch.round(4 * x) / 4
+    elif kind == 4:  # finite extremes only
+        special = [0.0, -0.0, fi.max, -fi.max, fi.tiny, -fi.tiny / 8]
+        vals = torch.tensor(special, dtype=torch.float64)
+        pick = torch.randint(0, len(special), (m, d), generator=gen)
+        x = torch.where(torch.rand(m, d, generator=gen) < 0.5, vals[pick], x)
+    elif kind == 5:  # a zero row, a flat row
+        x[0] = 0.0
+        x[-1] = 0.5
+    return x.to(dtype)
+
+
+def _check(C, x: torch.Tensor, rng: Streams) -> None:
+    got = C.encode(x, rng)
+    with _torch_form():
+        want = C.encode(x, rng)
+        want_dec = C.decode(want)
+    assert set(got.fields) == set(want.fields)
+    for name in want.fields:
+        assert _same(got.fields[name], want.fields[name]), name
+    assert torch.equal(got.nbits, want.nbits)
+    assert _same(C.decode(got), want_dec)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    spec=st.sampled_from(SPECS),
+    m=st.integers(1, 4),
+    d=st.integers(1, 300),
+    kind=st.integers(0, 5),
+    dtype=st.sampled_from(DTYPES),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_compiled_sparse_dithering_equals_the_torch_form(spec, m, d, kind, dtype, seed):
+    gen = torch.Generator().manual_seed(seed)
+    _check(parse_spec(spec), _input(m, d, kind, dtype, gen), Streams.for_nodes(seed, range(m)))
+
+
+@pytest.mark.parametrize("spec", ["sparse-dithering", "sparse-dithering:s=8", *SPECS[4:]])
+def test_compiled_sparse_dithering_serves_long_rows(spec):
+    """Rows of several chunks, chunks with no non-zero (a row zero but for its ends) and chunks
+    with more non-zeros than the kernel notes (large ``s``, which scans them again)."""
+    gen = torch.Generator().manual_seed(3)
+    for dtype in (torch.float32, torch.float64):
+        for kind in (0, 1, 2):
+            x = _input(3, 3 * CHUNK + 17, kind, dtype, gen)
+            x[1, 5:-5] = 0.0
+            _check(parse_spec(spec), x, Streams.for_nodes(5, [0, 1, 2]))
+    dense = parse_spec(spec).encode(_input(1, 2 * CHUNK, 0, torch.float32, gen), 0)
+    if parse_spec(spec).s >= 1000:
+        assert int((dense.fields["levels"] > 0).sum()) > 2 * compiled_dithering.HELD
+
+
+def test_compiled_sparse_dithering_wire_form_is_unchanged():
+    C = parse_spec("sparse-dithering:s=2")
+    x = _input(2, 5000, 0, torch.float32, torch.Generator().manual_seed(1))
+    rng = Streams.for_nodes(2, [0, 1])
+    got = C.to_bytes(C.encode(x, rng))
+    with _torch_form():
+        want = C.to_bytes(C.encode(x, rng))
+    assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))

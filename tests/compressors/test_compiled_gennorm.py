@@ -1,0 +1,141 @@
+"""The compiled GenNorm encoder gives the same bits as the torch form (QSGD's draws, the signs,
+the fitted ``beta`` and ``alpha``, whose means must be ``torch.mean``'s to the bit, the counted
+size and the decode), on ordinary and extreme inputs, for rows that torch sums whole and for
+single long rows that it sums in one share per thread, at several thread counts."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from compressors import compiled_gennorm, parse_spec
+from streams import Streams
+
+pytestmark = pytest.mark.skipif(
+    not compiled_gennorm.ENABLED or compiled_gennorm.lanes() is None,
+    reason="numba is missing, or torch's sum is not the one the kernel reproduces",
+)
+
+SPECS = ["gennorm", "gennorm:levels=1", "gennorm:levels=3,float_bits=64", "gennorm:levels=30"]
+DTYPES = [torch.float32, torch.float64, torch.bfloat16]
+
+
+@contextlib.contextmanager
+def _torch_form():
+    """The torch form (the kernel switched off) inside the block."""
+    compiled_gennorm.ENABLED = False
+    try:
+        yield
+    finally:
+        compiled_gennorm.ENABLED = True
+
+
+@contextlib.contextmanager
+def _threads(n: int):
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    if not t.is_floating_point():
+        return t
+    return t.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(_bits(a), _bits(b))
+
+
+def _input(m: int, d: int, kind: int, dtype: torch.dtype, gen: torch.Generator) -> torch.Tensor:
+    x = torch.randn(m, d, generator=gen, dtype=torch.float64)
+    fi = torch.finfo(dtype)
+    if kind == 1:  # magnitudes over the whole range
+        x = x * torch.exp(30 * torch.randn(m, d, generator=gen, dtype=torch.float64))
+    elif kind == 2:  # extremes mixed in
+        special = [0.0, -0.0, fi.max, -fi.max, fi.tiny, -fi.tiny / 8, math.inf, math.nan]
+        vals = torch.tensor(special, dtype=torch.float64)
+        pick = torch.randint(0, len(special), (m, d), generator=gen)
+        x = torch.where(torch.rand(m, d, generator=gen) < 0.3, vals[pick], x)
+    elif kind == 3:  # exact grid points, ties and zeros
+        x = torch.round(4 * x) / 4
+    elif kind == 4:  # finite extremes only
+        special = [0.0, -0.0, fi.max, -fi.max, fi.tiny, -fi.tiny / 8]
+        vals = torch.tensor(special, dtype=torch.float64)
+        pick = torch.randint(0, len(special), (m, d), generator=gen)
+        x = torch.where(torch.rand(m, d, generator=gen) < 0.5, vals[pick], x)
+    elif kind == 5:  # a zero row, a flat row, a heavy tail
+        x[0] = 0.0
+        x[-1] = 0.5
+        x = x * torch.exp(2 * torch.randn(m, d, generator=gen, dtype=torch.float64))
+    return x.to(dtype)
+
+
+def _check(C, x: torch.Tensor, rng: Streams) -> None:
+    got = C.encode(x, rng)
+    with _torch_form():
+        want = C.encode(x, rng)
+        want_dec = C.decode(want)
+    assert set(got.fields) == set(want.fields)
+    for name in want.fields:
+        assert _same(got.fields[name], want.fields[name]), name
+    assert torch.equal(got.nbits, want.nbits)
+    assert _same(C.decode(got), want_dec)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    spec=st.sampled_from(SPECS),
+    m=st.integers(1, 4),
+    d=st.integers(1, 300),
+    kind=st.integers(0, 5),
+    dtype=st.sampled_from(DTYPES),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_compiled_gennorm_equals_the_torch_form(spec, m, d, kind, dtype, seed):
+    gen = torch.Generator().manual_seed(seed)
+    _check(parse_spec(spec), _input(m, d, kind, dtype, gen), Streams.for_nodes(seed, range(m)))
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_compiled_gennorm_serves_long_rows_at_any_thread_count(threads):
+    """A single row of several ``GRAIN``s (torch sums it in one share per thread, then the
+    shares), and rows of it summed whole."""
+    gen = torch.Generator().manual_seed(threads)
+    G = compiled_gennorm.GRAIN
+    with _threads(threads):
+        assert compiled_gennorm.lanes() is not None
+        for spec in ("gennorm", "gennorm:levels=30"):
+            for m, d, kind in [(1, 3 * G + 77, 0), (1, G, 5), (1, G - 1, 1), (2, 2 * G + 5, 0)]:
+                for dtype in (torch.float32, torch.float64):
+                    x = _input(m, d, kind, dtype, gen)
+                    _check(parse_spec(spec), x, Streams.for_nodes(7, range(m)))
+
+
+def test_compiled_means_hold_for_the_cascades_larger_blocks():
+    """Over 2^19 rows of four vectors in one sum, torch's cascade takes blocks of 2^5 rows."""
+    x = torch.randn(1, (1 << 23) + 999, generator=torch.Generator().manual_seed(4))
+    x = x.to(torch.float64)
+    factor = torch.tensor([0.75], dtype=torch.float64)
+    y = x * factor[:, None]
+    with _threads(1):
+        m1, m2 = compiled_gennorm.encode(x, y.abs().amax(dim=1), factor, 8, torch.zeros(1).long())[
+            3:
+        ]
+        assert torch.equal(m1, y.abs().mean(dim=1)) and torch.equal(m2, (y * y).mean(dim=1))
+
+
+def test_compiled_gennorm_rows_with_nan_or_inf_take_torchs_fit():
+    gen = torch.Generator().manual_seed(1)
+    for bad in (math.nan, -math.inf):
+        x = _input(3, 5000, 0, torch.float32, gen)
+        x[1, 17] = bad
+        _check(parse_spec("gennorm"), x, Streams.for_nodes(2, range(3)))
