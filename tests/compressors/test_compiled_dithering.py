@@ -5,9 +5,6 @@ several chunks and chunks with more non-zeros than the kernel notes."""
 
 from __future__ import annotations
 
-import contextlib
-import math
-
 import pytest
 import torch
 from hypothesis import given, settings
@@ -16,6 +13,7 @@ from hypothesis import strategies as st
 from compressors import compiled_dithering, parse_spec
 from compressors.compiled_quant import CHUNK
 from streams import Streams
+from tests.compressors.compiled_cases import same, torch_form, varied_input
 
 pytestmark = pytest.mark.skipif(not compiled_dithering.ENABLED, reason="numba is missing")
 
@@ -30,47 +28,12 @@ SPECS = [
 DTYPES = [torch.float32, torch.float64, torch.bfloat16]
 
 
-@contextlib.contextmanager
 def _torch_form():
-    """The torch form (the kernels switched off) inside the block."""
-    compiled_dithering.ENABLED = False
-    try:
-        yield
-    finally:
-        compiled_dithering.ENABLED = True
+    return torch_form(compiled_dithering)
 
 
-def _bits(t: torch.Tensor) -> torch.Tensor:
-    if not t.is_floating_point():
-        return t
-    return t.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
-
-
-def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(_bits(a), _bits(b))
-
-
-def _input(m: int, d: int, kind: int, dtype: torch.dtype, gen: torch.Generator) -> torch.Tensor:
-    x = torch.randn(m, d, generator=gen, dtype=torch.float64)
-    fi = torch.finfo(dtype)
-    if kind == 1:  # magnitudes over the whole range
-        x = x * torch.exp(30 * torch.randn(m, d, generator=gen, dtype=torch.float64))
-    elif kind == 2:  # extremes mixed in
-        special = [0.0, -0.0, fi.max, -fi.max, fi.tiny, -fi.tiny / 8, math.inf, math.nan]
-        vals = torch.tensor(special, dtype=torch.float64)
-        pick = torch.randint(0, len(special), (m, d), generator=gen)
-        x = torch.where(torch.rand(m, d, generator=gen) < 0.3, vals[pick], x)
-    elif kind == 3:  # exact grid points, ties and zeros
-        x = torch.round(4 * x) / 4
-    elif kind == 4:  # finite extremes only
-        special = [0.0, -0.0, fi.max, -fi.max, fi.tiny, -fi.tiny / 8]
-        vals = torch.tensor(special, dtype=torch.float64)
-        pick = torch.randint(0, len(special), (m, d), generator=gen)
-        x = torch.where(torch.rand(m, d, generator=gen) < 0.5, vals[pick], x)
-    elif kind == 5:  # a zero row, a flat row
-        x[0] = 0.0
-        x[-1] = 0.5
-    return x.to(dtype)
+def _input(m: int, d: int, kind: int, dtype: torch.dtype, gen: torch.Generator):
+    return varied_input(m, d, kind, dtype, gen)
 
 
 def _check(C, x: torch.Tensor, rng: Streams) -> None:
@@ -80,9 +43,9 @@ def _check(C, x: torch.Tensor, rng: Streams) -> None:
         want_dec = C.decode(want)
     assert set(got.fields) == set(want.fields)
     for name in want.fields:
-        assert _same(got.fields[name], want.fields[name]), name
+        assert same(got.fields[name], want.fields[name]), name
     assert torch.equal(got.nbits, want.nbits)
-    assert _same(C.decode(got), want_dec)
+    assert same(C.decode(got), want_dec)
 
 
 @settings(max_examples=80, deadline=None)

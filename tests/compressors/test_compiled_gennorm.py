@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from compressors import compiled_gennorm, parse_spec
 from streams import Streams
+from tests.compressors.compiled_cases import same, torch_form, varied_input
 
 pytestmark = pytest.mark.skipif(
     not compiled_gennorm.ENABLED or compiled_gennorm.lanes() is None,
@@ -25,14 +26,12 @@ SPECS = ["gennorm", "gennorm:levels=1", "gennorm:levels=3,float_bits=64", "genno
 DTYPES = [torch.float32, torch.float64, torch.bfloat16]
 
 
-@contextlib.contextmanager
 def _torch_form():
-    """The torch form (the kernel switched off) inside the block."""
-    compiled_gennorm.ENABLED = False
-    try:
-        yield
-    finally:
-        compiled_gennorm.ENABLED = True
+    return torch_form(compiled_gennorm)
+
+
+def _input(m: int, d: int, kind: int, dtype: torch.dtype, gen: torch.Generator):
+    return varied_input(m, d, kind, dtype, gen, tail=True)
 
 
 @contextlib.contextmanager
@@ -45,40 +44,6 @@ def _threads(n: int):
         torch.set_num_threads(before)
 
 
-def _bits(t: torch.Tensor) -> torch.Tensor:
-    if not t.is_floating_point():
-        return t
-    return t.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
-
-
-def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(_bits(a), _bits(b))
-
-
-def _input(m: int, d: int, kind: int, dtype: torch.dtype, gen: torch.Generator) -> torch.Tensor:
-    x = torch.randn(m, d, generator=gen, dtype=torch.float64)
-    fi = torch.finfo(dtype)
-    if kind == 1:  # magnitudes over the whole range
-        x = x * torch.exp(30 * torch.randn(m, d, generator=gen, dtype=torch.float64))
-    elif kind == 2:  # extremes mixed in
-        special = [0.0, -0.0, fi.max, -fi.max, fi.tiny, -fi.tiny / 8, math.inf, math.nan]
-        vals = torch.tensor(special, dtype=torch.float64)
-        pick = torch.randint(0, len(special), (m, d), generator=gen)
-        x = torch.where(torch.rand(m, d, generator=gen) < 0.3, vals[pick], x)
-    elif kind == 3:  # exact grid points, ties and zeros
-        x = torch.round(4 * x) / 4
-    elif kind == 4:  # finite extremes only
-        special = [0.0, -0.0, fi.max, -fi.max, fi.tiny, -fi.tiny / 8]
-        vals = torch.tensor(special, dtype=torch.float64)
-        pick = torch.randint(0, len(special), (m, d), generator=gen)
-        x = torch.where(torch.rand(m, d, generator=gen) < 0.5, vals[pick], x)
-    elif kind == 5:  # a zero row, a flat row, a heavy tail
-        x[0] = 0.0
-        x[-1] = 0.5
-        x = x * torch.exp(2 * torch.randn(m, d, generator=gen, dtype=torch.float64))
-    return x.to(dtype)
-
-
 def _check(C, x: torch.Tensor, rng: Streams) -> None:
     got = C.encode(x, rng)
     with _torch_form():
@@ -86,9 +51,9 @@ def _check(C, x: torch.Tensor, rng: Streams) -> None:
         want_dec = C.decode(want)
     assert set(got.fields) == set(want.fields)
     for name in want.fields:
-        assert _same(got.fields[name], want.fields[name]), name
+        assert same(got.fields[name], want.fields[name]), name
     assert torch.equal(got.nbits, want.nbits)
-    assert _same(C.decode(got), want_dec)
+    assert same(C.decode(got), want_dec)
 
 
 @settings(max_examples=60, deadline=None)

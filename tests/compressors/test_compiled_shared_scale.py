@@ -4,7 +4,6 @@ zeros of both signs, subnormals, the dtype's max, infinities and NaN."""
 
 from __future__ import annotations
 
-import contextlib
 import math
 
 import pytest
@@ -14,6 +13,7 @@ from hypothesis import strategies as st
 
 from compressors import compiled_shared_scale, parse_spec
 from streams import Streams
+from tests.compressors.compiled_cases import same, torch_form, varied_input
 
 pytestmark = pytest.mark.skipif(not compiled_shared_scale.ENABLED, reason="numba is missing")
 
@@ -30,44 +30,12 @@ SPECS = [
 DTYPES = [torch.float32, torch.float64, torch.bfloat16]
 
 
-@contextlib.contextmanager
 def _torch_form():
-    """The torch form (the kernels switched off) inside the block."""
-    compiled_shared_scale.ENABLED = False
-    try:
-        yield
-    finally:
-        compiled_shared_scale.ENABLED = True
+    return torch_form(compiled_shared_scale)
 
 
-def _bits(t: torch.Tensor) -> torch.Tensor:
-    if not t.is_floating_point():
-        return t
-    return t.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
-
-
-def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(_bits(a), _bits(b))
-
-
-def _input(m: int, d: int, kind: int, dtype: torch.dtype, gen: torch.Generator) -> torch.Tensor:
-    x = torch.randn(m, d, generator=gen, dtype=torch.float64)
-    fi = torch.finfo(dtype)
-    if kind == 1:  # magnitudes over the whole range
-        x = x * torch.exp(30 * torch.randn(m, d, generator=gen, dtype=torch.float64))
-    elif kind == 2:  # extremes mixed in
-        special = [0.0, -0.0, fi.max, -fi.max, fi.tiny, -fi.tiny / 8, math.inf, math.nan]
-        vals = torch.tensor(special, dtype=torch.float64)
-        pick = torch.randint(0, len(special), (m, d), generator=gen)
-        x = torch.where(torch.rand(m, d, generator=gen) < 0.3, vals[pick], x)
-    elif kind == 3:  # exact grid points, ties and zeros
-        x = torch.round(4 * x) / 4
-    elif kind == 4:  # finite extremes only
-        special = [0.0, -0.0, fi.max, -fi.max, fi.tiny, -fi.tiny / 8]
-        vals = torch.tensor(special, dtype=torch.float64)
-        pick = torch.randint(0, len(special), (m, d), generator=gen)
-        x = torch.where(torch.rand(m, d, generator=gen) < 0.5, vals[pick], x)
-    return x.to(dtype)
+def _input(m: int, d: int, kind: int, dtype: torch.dtype, gen: torch.Generator):
+    return varied_input(m, d, kind, dtype, gen)
 
 
 def _check(C, x: torch.Tensor, rng: Streams) -> None:
@@ -77,9 +45,9 @@ def _check(C, x: torch.Tensor, rng: Streams) -> None:
         want_dec = C.decode(want)
     assert set(got.fields) == set(want.fields)
     for name in want.fields:
-        assert _same(got.fields[name], want.fields[name]), name
+        assert same(got.fields[name], want.fields[name]), name
     assert torch.equal(got.nbits, want.nbits)
-    assert _same(C.decode(got), want_dec)
+    assert same(C.decode(got), want_dec)
 
 
 @settings(max_examples=60, deadline=None)
@@ -124,9 +92,9 @@ def test_compiled_shared_form_equals_the_torch_form(spec):
             want = C.encode_shared(x, rng, scale, resolution=res)
             want_sum = C.decode_summed(C.integers(want).sum(dim=0), want, 3)
         for name in want.fields:
-            assert _same(got.fields[name], want.fields[name]), name
-        assert _same(C.decode(got), C.decode(want))
-        assert _same(C.decode_summed(C.integers(got).sum(dim=0), got, 3), want_sum)
+            assert same(got.fields[name], want.fields[name]), name
+        assert same(C.decode(got), C.decode(want))
+        assert same(C.decode_summed(C.integers(got).sum(dim=0), got, 3), want_sum)
     with pytest.raises(IndexError):
         C.encode_shared(x, rng, scale, resolution=torch.full((1000,), K))
     got = C.resolution(x)
@@ -140,4 +108,4 @@ def test_compiled_max_abs_equals_amax():
         for kind in range(5):
             x = _input(4, 70000, kind, dtype, gen)
             x[1, 5] = -math.nan if kind == 2 else x[1, 5]
-            assert _same(compiled_shared_scale.max_abs(x), x.abs().amax(dim=1))
+            assert same(compiled_shared_scale.max_abs(x), x.abs().amax(dim=1))

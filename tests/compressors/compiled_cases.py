@@ -1,0 +1,64 @@
+"""What the tests of the compiled compressor kernels share: the torch form switched on, a
+bitwise comparison, and inputs that reach every branch of a kernel."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterator
+from types import ModuleType
+
+import torch
+
+
+@contextlib.contextmanager
+def torch_form(kernels: ModuleType) -> Iterator[None]:
+    """The torch form (``kernels.ENABLED`` off) inside the block."""
+    kernels.ENABLED = False
+    try:
+        yield
+    finally:
+        kernels.ENABLED = True
+
+
+def bit_view(t: torch.Tensor) -> torch.Tensor:
+    """A float tensor's bits as integers (so that NaNs and signed zeros compare exactly)."""
+    if not t.is_floating_point():
+        return t
+    return t.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
+
+
+def same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """The same dtype, shape and bits."""
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(bit_view(a), bit_view(b))
+
+
+def varied_input(
+    m: int, d: int, kind: int, dtype: torch.dtype, gen: torch.Generator, tail: bool = False
+) -> torch.Tensor:
+    """``(m, d)`` rows of one of six kinds: 0 normal, 1 magnitudes over the whole range, 2 the
+    extremes (zeros of both signs, the largest and smallest values, infinities, NaN) mixed in,
+    3 exact grid points with ties and zeros, 4 the finite extremes only, 5 a zero row and a flat
+    row (with ``tail``, the rest scaled by a heavy-tailed factor)."""
+    x = torch.randn(m, d, generator=gen, dtype=torch.float64)
+    fi = torch.finfo(dtype)
+    if kind == 1:
+        x = x * torch.exp(30 * torch.randn(m, d, generator=gen, dtype=torch.float64))
+    elif kind == 2:
+        special = [0.0, -0.0, fi.max, -fi.max, fi.tiny, -fi.tiny / 8, math.inf, math.nan]
+        vals = torch.tensor(special, dtype=torch.float64)
+        pick = torch.randint(0, len(special), (m, d), generator=gen)
+        x = torch.where(torch.rand(m, d, generator=gen) < 0.3, vals[pick], x)
+    elif kind == 3:
+        x = torch.round(4 * x) / 4
+    elif kind == 4:
+        special = [0.0, -0.0, fi.max, -fi.max, fi.tiny, -fi.tiny / 8]
+        vals = torch.tensor(special, dtype=torch.float64)
+        pick = torch.randint(0, len(special), (m, d), generator=gen)
+        x = torch.where(torch.rand(m, d, generator=gen) < 0.5, vals[pick], x)
+    elif kind == 5:
+        x[0] = 0.0
+        x[-1] = 0.5
+        if tail:
+            x = x * torch.exp(2 * torch.randn(m, d, generator=gen, dtype=torch.float64))
+    return x.to(dtype)
