@@ -8,6 +8,7 @@ from typing import ClassVar
 
 import torch
 
+from compressors import compiled_sketch
 from compressors.base import Compressor, Packet, check_float_bits, work_dtype
 from compressors.bitpack import BitReader, BitWriter
 from compressors.nonfinite import saturate
@@ -92,8 +93,8 @@ class CountSketch(Compressor):
         return [cls(), cls(rows=1, cols=4), cls(rows=5, ratio=0.5)]
 
     def _hashes(self, rng: Streams, m: int, d: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Buckets ``(m, rows, d)`` int64 and signs ``(m, rows, d)`` float64, drawn once when
-        every row holds the same key (the shared stream), else per row."""
+        """Buckets ``(m, rows, d)`` int64 and signs ``(m, rows, d)`` in torch's default dtype,
+        drawn once when every row holds the same key (the shared stream), else per row."""
         one = m > 1 and bool((rng.keys == rng.keys[0]).all())
         src = rng[:1] if one else rng
         c = self.width(d)
@@ -103,26 +104,43 @@ class CountSketch(Compressor):
             buckets, signs = buckets.expand(m, -1, -1), signs.expand(m, -1, -1)
         return buckets, signs
 
+    @staticmethod
+    def _keys(rng: Streams) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each row's keys of its bucket and sign streams (those :meth:`_hashes` draws from)."""
+        return rng.split(tags.SKETCH_BUCKET).keys, rng.split(tags.SKETCH_SIGN).keys
+
     def _encode(self, x_i: torch.Tensor, rng: Streams) -> Packet:
         m, d = x_i.shape
-        buckets, signs = self._hashes(rng, m, d)
         c = self.width(d)
         shift = math.ldexp(1.0, -(math.ceil(math.log2(d)) + 1))  # no overflow of d entries
+        meta = {"keys": rng.keys, "width": c}
+        if compiled_sketch.serves(x_i, x_i.numel()):
+            # the same numbers as below, the hashes drawn where they are used
+            values = compiled_sketch.encode(x_i, *self._keys(rng), self.rows, c, shift)
+            return self._packet(x_i, self.bits(d), {"values"}, meta, values=values)
+        buckets, signs = self._hashes(rng, m, d)
         scaled = x_i.to(torch.float64)[:, None, :] * signs.to(x_i.device) * shift
         table = torch.zeros(m, self.rows, c, dtype=torch.float64, device=x_i.device)
         table.scatter_add_(2, buckets.to(x_i.device), scaled)
         table = table.reshape(m, -1)
         values = saturate((table / shift).to(x_i.dtype), table, x_i.dtype)
-        meta = {"keys": rng.keys, "width": c}
         return self._packet(x_i, self.bits(d), {"values"}, meta, values=values)
 
     def _decode(self, packet: Packet) -> torch.Tensor:
         m, d = packet.m, packet.d
         values = packet.fields["values"]
         rng = Streams(packet.meta["keys"].to(values.device), torch.zeros(m, dtype=torch.int64))
-        buckets, signs = self._hashes(rng, m, d)
-        table = values.to(work_dtype(values.dtype)).reshape(m, self.rows, packet.meta["width"])
-        est = torch.gather(table, 2, buckets.to(values.device)) * signs.to(values.device)
+        fast = compiled_sketch.serves(values, m * d) and values.dtype == packet.dtype
+        # the estimates' dtype: the table's times the signs' (torch's default dtype)
+        work = torch.promote_types(work_dtype(values.dtype), torch.get_default_dtype())
+        if fast and self.rows <= compiled_sketch.SUM_ROWS:
+            return compiled_sketch.decode(values, *self._keys(rng), self.rows, d, work)
+        if fast:
+            est = compiled_sketch.estimates(values, *self._keys(rng), self.rows, d, work)
+        else:
+            buckets, signs = self._hashes(rng, m, d)
+            table = values.to(work_dtype(values.dtype)).reshape(m, self.rows, packet.meta["width"])
+            est = torch.gather(table, 2, buckets.to(values.device)) * signs.to(values.device)
         return saturate((est / self.rows).sum(dim=1).to(packet.dtype), est[:, 0], packet.dtype)
 
     def _write(self, packet: Packet, w: BitWriter) -> None:

@@ -8,6 +8,7 @@ from typing import ClassVar
 
 import torch
 
+from compressors import compiled_fastsgd
 from compressors.base import Compressor, Packet, ceil_log2, check_float_bits
 from compressors.bitpack import BitReader, BitWriter
 from compressors.nonfinite import nonfinite_rows
@@ -231,24 +232,35 @@ class FastSGD(Compressor):
 
     def _encode(self, x_i: torch.Tensor, rng: Streams) -> Packet:
         d = x_i.shape[1]
+        if compiled_fastsgd.serves(x_i, x_i.dtype):  # _fields' numbers, in a few passes
+            per = SELECTOR_BITS + self._value_bits()
+            args = (float(self.base), self.levels, self._B(d), self._header_bits(d), per)
+            fields, nbits = compiled_fastsgd.encode(x_i, *args)
+        else:
+            fields, nbits = self._fields(x_i)
+        return self._packet(x_i, nbits, {"scale", "keep", "q", "signs", "widths"}, **fields)
+
+    def _fields(self, x_i: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """The payload's fields and the bits of each row, in torch."""
+        d = x_i.shape[1]
         scale, q, keep = self.quantize(x_i)
         lengths = bit_length(self._deltas(keep))
         widths = choose_widths(lengths, keep, self._B(d))
         signs = (x_i < 0) & keep
         nbits = self.row_bits(keep, widths, lengths)
-        return self._packet(
-            x_i,
-            nbits,
-            {"scale", "keep", "q", "signs", "widths"},
-            scale=scale,
-            keep=keep,
-            q=q.to(torch.int16),
-            signs=signs,
-            widths=widths,
-        )
+        fields = {
+            "scale": scale,
+            "keep": keep,
+            "q": q.to(torch.int16),
+            "signs": signs,
+            "widths": widths,
+        }
+        return fields, nbits
 
     def _decode(self, packet: Packet) -> torch.Tensor:
         f = packet.fields
+        if compiled_fastsgd.serves(f["keep"], packet.dtype):
+            return compiled_fastsgd.decode(f, float(self.base), self.levels, packet.dtype)
         wd = torch.float64
         M = f["scale"].to(wd)
         mag = M[:, None] * torch.pow(float(self.base), -f["q"].to(wd))

@@ -10,6 +10,7 @@ from typing import ClassVar
 
 import torch
 
+from compressors import compiled_dense, compiled_thc
 from compressors.base import Compressor, Packet, check_float_bits, work_dtype
 from compressors.bitpack import BitReader, BitWriter
 from compressors.fosgd import irwht, padded_dim, rwht
@@ -168,9 +169,20 @@ class THC(Compressor):
 
     def _quantize(self, x_i: torch.Tensor, rng: Streams, shared) -> Packet:
         m, d = x_i.shape
-        signs, top, y = self._rotate(x_i, rng)
+        x = x_i.to(work_dtype(x_i.dtype))
+        n = padded_dim(d)
+        fast = compiled_thc.serves(x)
+        if fast:
+            top = compiled_dense.absmax(x)
+            fast = bool(torch.isfinite(top).all())
+        if fast:  # the same numbers as below, in a few passes (compressors.compiled_thc)
+            den = torch.where(top > 0, top, 1.0)
+            keys = rng.split(tags.THC_SIGNS).keys
+            signs, y, own = compiled_thc.rotate(x, den, keys, n, math.sqrt(n))
+        else:
+            signs, top, y = self._rotate(x_i, rng)
+            own = y.abs().amax(dim=1)
         big = torch.finfo(x_i.dtype).max
-        own = y.abs().amax(dim=1)
         if shared is None:
             lam = own
             scale = (own * top).clamp(max=big)
@@ -185,16 +197,25 @@ class THC(Compressor):
         if shared is None:  # a zero row decodes to zero
             scale = torch.where(top > 0, scale, 0.0)
         scale = torch.where(torch.isfinite(top), scale, torch.nan)
-        u = (y / torch.where(lam > 0, lam, 1.0)[:, None]).clamp(-1.0, 1.0)
         g, table = self.grid
         t = torch.tensor(table, dtype=y.dtype, device=y.device)
+        # shared keys, distinct nodes: each node's rounding stream is split off by its id
+        dither = rng.split(tags.THC_DITHER).split(rng.nodes)
+        index_dtype = torch.uint8 if self.width <= 8 else torch.int32
+        if fast:
+            den = torch.where(lam > 0, lam, 1.0)
+            uniform = self.table == "uniform"
+            root = math.sqrt(n)
+            index = compiled_thc.quantize(y, root, den, t, g, dither.keys, index_dtype, uniform)
+            return self._packet(
+                x_i, self.bits(d), {"scale", "index"}, scale=scale, index=index, signs=signs
+            )
+        u = (y / torch.where(lam > 0, lam, 1.0)[:, None]).clamp(-1.0, 1.0)
         p = (u + 1.0) * (g / 2.0)
         i = (torch.searchsorted(t, p.contiguous(), right=True) - 1).clamp(0, len(table) - 2)
         lo, hi = t[i], t[i + 1]
-        # shared keys, distinct nodes: each node's rounding stream is split off by its id
-        dither = rng.split(tags.THC_DITHER).split(rng.nodes)
         up = dither.uniform(y.shape[1], dtype=y.dtype) < (p - lo) / (hi - lo)
-        index = (i + up.to(i.dtype)).to(torch.uint8 if self.width <= 8 else torch.int32)
+        index = (i + up.to(i.dtype)).to(index_dtype)
         return self._packet(
             x_i, self.bits(d), {"scale", "index"}, scale=scale, index=index, signs=signs
         )
@@ -206,6 +227,14 @@ class THC(Compressor):
     def _decode(self, packet: Packet) -> torch.Tensor:
         f = packet.fields
         t, g = self._table(f["signs"].dtype, f["signs"].device)
+        signs = f["signs"]
+        if compiled_thc.serves(signs) and f["scale"].dtype == signs.dtype:
+            values = t.to(signs.dtype) * (2.0 / g) - 1.0  # each table entry's decoded value
+            n = signs.shape[1]
+            big = torch.finfo(packet.dtype).max
+            return compiled_thc.decode(
+                f["index"], values, signs, f["scale"], packet.d, math.sqrt(n), big
+            )
         v = t[f["index"].long()].to(f["signs"].dtype) * (2.0 / g) - 1.0
         out = irwht(v, f["signs"], packet.d) * f["scale"][:, None].to(v.dtype)
         big = torch.finfo(packet.dtype).max
