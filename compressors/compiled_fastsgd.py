@@ -179,8 +179,9 @@ if numba is not None:
     _ROUND = 6755399441055744.0  # 1.5 2^52: (h + _ROUND) - _ROUND rounds h half to even
     _TAU = 2.0**-35  # how near a mantissa may come to theta before torch decides
     _MANT = np.uint64(0x000FFFFFFFFFFFFF)
-    _ONE = np.uint64(0x3FF0000000000000)
-    _BYTES = np.uint64(0x0102040810204080)  # packs the low bits of 8 bytes into one byte
+    _ONE = np.uint64(1023 << 52)  # the bits of 1.0
+    # 0x0102040810204080: packs the low bits of 8 bytes into one byte
+    _BYTES = np.uint64(sum(1 << (56 - 7 * k) for k in range(8)))
 
     def _unary(name, result, arg):
         """An intrinsic of one argument: a bit cast or an LLVM bit-counting function."""

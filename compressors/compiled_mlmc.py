@@ -134,10 +134,12 @@ if numba is not None:
     _pjit = numba.njit(cache=True, nogil=True, parallel=True, error_model="numpy")
     _BUCKETS = 1 << DIGIT
     _MASK = np.uint64(_BUCKETS - 1)
-    _INF32, _ABS32 = np.uint32(0x7F800000), np.uint32(0x7FFFFFFF)
-    _INF64, _ABS64 = np.uint64(0x7FF0000000000000), np.uint64(0x7FFFFFFFFFFFFFFF)
+    # infinity's bits (all exponent bits set) and the mask of all bits but the sign's
+    _INF32, _ABS32 = np.array(np.inf, np.float32).view(np.uint32)[()], np.uint32(0x7FFFFFFF)
+    _INF64 = np.array(np.inf, np.float64).view(np.uint64)[()]
+    _ABS64 = np.uint64(0x7FFFFFFFFFFFFFFF)
     _LOW32 = np.uint64(0xFFFFFFFF)
-    _SIGN32, _SIGN64 = np.uint32(0x80000000), np.uint64(0x8000000000000000)
+    _SIGN32, _SIGN64 = np.uint32(1 << 31), np.uint64(1 << 63)  # the sign bits
 
     @_jit
     def _mag32(v):
@@ -415,7 +417,7 @@ def bits_absmax(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     mask = view(0x7FFFFFFF if f32 else 0x7FFFFFFFFFFFFFFF)  # all bits but the sign's
     launch(_absmax, x.numpy().view(view), mask, part)
     top = part.max(axis=1)
-    inf = view(0x7F800000 if f32 else 0x7FF0000000000000)
+    inf = np.array(np.inf, x.numpy().dtype).view(view)[()]  # infinity's bits
     bad = top >= inf
     s = np.where(bad, 0, top).astype(view).view(x.numpy().dtype)
     return torch.from_numpy(s), torch.from_numpy(bad)
