@@ -107,7 +107,7 @@ def _run_part(part: str, args: argparse.Namespace, track: Tracker) -> list[dict]
     if part == "paper":
         return paper.run(quick, dev, track=track)
     if part == "grid":
-        return grid.run(quick, track=track)
+        return grid.run(quick, track=track, device=dev)
     return scale.run(quick, track=track)
 
 

@@ -2,15 +2,16 @@
 
 The grid is the EF21 paper's (``benchmarks/ef21_grid.toml``: EF21 and EF14 with Top-1, 12 step
 multipliers, the four LIBSVM sets, 2000 iterations, 96 runs); it runs twice through
-``experiments.sweep`` on this machine's cores, ``--batch off`` (every run its own process, as
-a sweep ran before batches) and ``--batch auto`` (each method and set's 12 multipliers advance
-together), and the report gives both wall times, their ratio and whether both chose the same
-multipliers (``best.csv``). ``--quick`` runs the grid on mushrooms and phishing at 300
-iterations.
+``experiments.sweep`` on this machine's cores, ``--batch auto`` (each method and set's 12
+multipliers advance together) and then ``--batch off`` (every run its own process, as a sweep
+ran before batches), and the report gives both wall times, their ratio and whether both chose
+the same multipliers (``best.csv``). ``--quick`` runs the grid on mushrooms and phishing at 300
+iterations. ``--device cuda`` runs both sweeps' runs on the GPU.
 
-A second table times the step itself on each set: one run's step (median of the interleaved
-repeats) against a 12-run batch's step divided by 12 (EF21 + Top-1, float64, n = 20, on this
-process's threads).
+A second table, measured first, times the step itself on each set: one run's step (median of
+the interleaved repeats) against a 12-run batch's step divided by 12 (EF21 + Top-1, float64,
+n = 20, on this process's threads, or on the GPU with ``--device cuda``). Each part's rows are
+saved as it ends.
 
 Targets (issue 35): the grid at least 5x faster batched, and the per-run step of a 12-run batch
 at most 1/4 of a single run's.
@@ -42,13 +43,15 @@ QUICK_SETS = ("mushrooms", "phishing")
 QUICK_ITERS = 300
 
 
-def _config(quick: bool, sets: list[str]):
+def _config(quick: bool, sets: list[str], device: str = "cpu"):
     from experiments.config import load_config
 
     cfg = tomllib.loads(GRID.read_text())
     cfg["grid"]["dataset"] = sets
     if quick:
         cfg["base"]["iters"] = QUICK_ITERS
+    if device != "cpu":
+        cfg["base"]["device"] = device
     return load_config(cfg)
 
 
@@ -65,7 +68,12 @@ def _best(out: Path) -> list[tuple]:
         return [(r["label"], r["dataset"], r["step_mult"], r["value"]) for r in csv.DictReader(fh)]
 
 
-def step_times(name: str, steps: int, repeats: int = 3) -> dict:
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def step_times(name: str, steps: int, repeats: int = 3, device: str = "cpu") -> dict:
     """One run's step and a 12-run batch's step on set ``name`` (seconds, medians)."""
     from algorithms.batching import for_runs
     from algorithms.registry import get_algorithm
@@ -76,7 +84,7 @@ def step_times(name: str, steps: int, repeats: int = 3) -> dict:
     from problems.registry import make_problem
 
     problem = make_problem("logreg-nonconvex", dataset=name, split="contiguous:last", nodes=20,
-                           lam=0.1, x0="randn", seed=0)  # fmt: skip
+                           lam=0.1, x0="randn", seed=0, device=device)  # fmt: skip
     algo, _ = get_algorithm("ef21").configure(problem, parse_spec("topk:k=1"))
     n = problem.n
     single_comm = SimulatedComm(n, seed=0)
@@ -89,15 +97,18 @@ def step_times(name: str, steps: int, repeats: int = 3) -> dict:
     batch.step(state, tiled, comm)  # compiles and chooses the kernels
     alone, together = [], []
     for _ in range(repeats):
+        _sync(device)
         t0 = time.perf_counter()
         s = one_state
         for _ in range(steps):
             s, _ = algo.step(s, problem, single_comm)
+        _sync(device)
         alone.append((time.perf_counter() - t0) / steps)
         t0 = time.perf_counter()
         s = state
         for _ in range(steps):
             s, _ = batch.step(s, tiled, comm)
+        _sync(device)
         together.append((time.perf_counter() - t0) / steps)
     return {
         "set": name,
@@ -108,7 +119,7 @@ def step_times(name: str, steps: int, repeats: int = 3) -> dict:
     }
 
 
-def run(quick: bool = False, track: Tracker | None = None) -> list[dict]:
+def run(quick: bool = False, track: Tracker | None = None, device: str = "cpu") -> list[dict]:
     """The grid batched and unbatched, and the step table (rows; see the module docstring)."""
     track = track or Tracker()
     sets = [s for s in (QUICK_SETS if quick else ("mushrooms", "phishing", "a9a", "w8a"))
@@ -117,26 +128,32 @@ def run(quick: bool = False, track: Tracker | None = None) -> list[dict]:
         log.warning("grid: no LIBSVM set found (COMPZOO_DATA): skipped")
         return []
     jobs = os.cpu_count() or 1
-    cfg = _config(quick, sets)
+    cfg = _config(quick, sets, device)
     track.plan(2 + len(sets))
     rows: list[dict] = []
-    with tempfile.TemporaryDirectory(prefix="compzoo-grid-") as tmp:
-        times = {}
-        for batch in ("off", "auto"):
-            track.case(f"grid of {len(cfg.runs())} runs, --batch {batch}, --jobs {jobs}")
-            times[batch] = _sweep(cfg, Path(tmp) / batch, batch, jobs)
-        same = _best(Path(tmp) / "off") == _best(Path(tmp) / "auto")
-        chosen_off = [r[2] for r in _best(Path(tmp) / "off")]
-        chosen_auto = [r[2] for r in _best(Path(tmp) / "auto")]
-        rows.append({
-            "kind": "grid", "runs": len(cfg.runs()), "sets": sets, "jobs": jobs,
-            "iters": cfg.base.get("iters"), "off_s": times["off"], "auto_s": times["auto"],
-            "same_choice": same, "chosen_off": chosen_off, "chosen_auto": chosen_auto,
-        })  # fmt: skip
-        track.rows(rows)
+    # the step table first, then the batched grid, then one run per process (on a GPU the
+    # last is by far the longest: each run starts its own CUDA context): each part's rows are
+    # saved as it ends, so a stopped benchmark keeps what it measured
     for name in sets:
         track.case(f"step of one run vs a {BATCH}-run batch on {name}")
-        rows.append({"kind": "step", **step_times(name, 50 if quick else 300)})
+        rows.append({"kind": "step", "device": device,
+                     **step_times(name, 50 if quick else 300, device=device)})  # fmt: skip
+        track.rows(rows)
+    grid_row = {"kind": "grid", "runs": len(cfg.runs()), "sets": sets, "jobs": jobs,
+                "device": device, "iters": cfg.base.get("iters"), "off_s": None}  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="compzoo-grid-") as tmp:
+        for batch in ("auto", "off"):
+            track.case(f"grid of {len(cfg.runs())} runs, --batch {batch}, --jobs {jobs}")
+            grid_row[f"{batch}_s"] = _sweep(cfg, Path(tmp) / batch, batch, jobs)
+            if batch == "auto":
+                rows.insert(0, grid_row)
+            track.rows(rows)
+        chosen_off = [r[2] for r in _best(Path(tmp) / "off")]
+        chosen_auto = [r[2] for r in _best(Path(tmp) / "auto")]
+        grid_row.update({
+            "same_choice": _best(Path(tmp) / "off") == _best(Path(tmp) / "auto"),
+            "chosen_off": chosen_off, "chosen_auto": chosen_auto,
+        })  # fmt: skip
         track.rows(rows)
     return rows
 
@@ -146,7 +163,9 @@ def derive(rows: list[dict]) -> list[dict]:
     out = []
     for r in rows:
         r = dict(r)
-        if r.get("kind") == "grid":
+        if r.get("kind") == "grid" and r.get("off_s") is None:
+            r["speedup"], r["target"] = None, "not measured (--batch off did not finish)"
+        elif r.get("kind") == "grid":
             r["speedup"] = r["off_s"] / r["auto_s"]
             ok = r["speedup"] >= GRID_SPEEDUP
             r["target"] = "met" if ok else f"MISSED (>= {GRID_SPEEDUP:g}x)"
@@ -158,6 +177,10 @@ def derive(rows: list[dict]) -> list[dict]:
     return out
 
 
+def _num(v, spec: str) -> str:
+    return "-" if v is None else format(v, spec)
+
+
 def markdown(rows: list[dict]) -> str:
     lines = []
     for r in rows:
@@ -165,18 +188,19 @@ def markdown(rows: list[dict]) -> str:
             continue
         lines += [
             f"{r['runs']} runs ({', '.join(r['sets'])}; {r['iters']} iterations), "
-            f"--jobs {r['jobs']}:\n",
+            f"--jobs {r['jobs']}, device {r.get('device', 'cpu')}:\n",
             "| --batch off s | --batch auto s | off / auto | same multipliers chosen | "
             "target (>= 5x) |",
             "|---|---|---|---|---|",
-            f"| {r['off_s']:.1f} | {r['auto_s']:.1f} | {r['speedup']:.2f}x | "
-            f"{'yes' if r['same_choice'] else 'NO'} | {r['target']} |",
+            f"| {_num(r['off_s'], '.1f')} | {r['auto_s']:.1f} | {_num(r['speedup'], '.2f')}x | "
+            f"{ {True: 'yes', False: 'NO'}.get(r.get('same_choice'), '-') } | {r['target']} |",
             "",
         ]
     steps = [r for r in rows if r.get("kind") == "step"]
     if steps:
         lines += [
-            f"EF21 + Top-1, float64, n = 20, {torch.get_num_threads()} threads: one run's step "
+            f"EF21 + Top-1, float64, n = 20, device {steps[0].get('device', 'cpu')}, "
+            f"{torch.get_num_threads()} threads: one run's step "
             f"against a {BATCH}-run batch's step / {BATCH}:\n",
             "| set | engine | batch kernel | one run ms | batch ms | per run ms | per run / one "
             "| target (<= 1/4) |",

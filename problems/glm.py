@@ -67,6 +67,12 @@ MEASURE_ABOVE = 50_000
 _MAX_SMOOTHNESS_ENTRIES = 2**28
 
 
+def _on_device(data: dict[str, Any], dtype: torch.dtype, device: torch.device) -> dict[str, Any]:
+    """The SciPy CSR matrices of :meth:`GLM._points_data` as torch's sparse CSR on ``device``
+    (their products run there: cuSPARSE on a GPU)."""
+    return {k: _torch_csr(v, dtype, device) if sp.issparse(v) else v for k, v in data.items()}
+
+
 def _torch_csr(M: sp.csr_matrix, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "sparse CSR support is in beta"
@@ -234,7 +240,9 @@ class GLM(Problem):
         if self.dense and self._Ad is None:
             self._Ad = torch.from_numpy(self._A64.toarray()).to(self.device, self.dtype)
         csr = (self._crow, self._col, self._val)
-        self._kdata = glm_kernels.pack(self._Ad if self.dense else None, csr, self.d)
+        # the kernels' view of the data (host arrays): only where the kernels serve
+        self._kdata = glm_kernels.pack(self._Ad if self.dense else None, csr, self.d) \
+            if self._compiled else None  # fmt: skip
         self.threads = threads
         shown = threads if threads is not None else torch.get_num_threads()
         self.engine = glm_engine.describe(engine, shown)
@@ -559,6 +567,8 @@ class GLM(Problem):
         if not self.dense:
             out["full"] = self._A64.astype(npdt)
             out["fullT"] = self._A64.T.tocsr().astype(npdt)
+        if self.device.type != "cpu":  # cuSPARSE products on the device instead of SciPy's
+            out = _on_device(out, self.dtype, self.device)
         self._points = out
         return out
 
@@ -576,8 +586,11 @@ class GLM(Problem):
         return glm_kernels.pack(self._Ad if self.dense else None, csr, self.d)
 
     def _sparse_product(self, M: sp.csr_matrix, Y: torch.Tensor) -> torch.Tensor:
-        """``M @ Y`` for a SciPy CSR ``M`` and a CPU tensor ``Y`` ``(k, R)``: one pass over
-        ``M``'s entries for all ``R`` columns."""
+        """``M @ Y`` for a SciPy CSR ``M`` and a CPU tensor ``Y`` ``(k, R)`` (or torch's sparse
+        CSR ``M`` and a tensor on its device): one pass over ``M``'s entries for all ``R``
+        columns."""
+        if isinstance(M, torch.Tensor):
+            return M @ Y
         return torch.from_numpy(np.asarray(M @ Y.detach().numpy()))
 
     @_on_threads

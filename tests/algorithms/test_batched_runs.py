@@ -222,3 +222,23 @@ def test_grad_points_equals_the_gradients_at_each_point():
     f, g = p.loss_grad_points(P)
     torch.testing.assert_close(g, torch.stack([p.full_grad(x) for x in P]), rtol=1e-12,
                                atol=1e-14)  # fmt: skip
+
+
+def test_grad_points_through_torch_sparse_products_as_on_a_gpu():
+    """On a GPU the library path multiplies by torch's sparse CSR (cuSPARSE) instead of SciPy's:
+    the same products, here on the CPU, give the same gradients and losses."""
+    from problems.glm import _on_device
+
+    p = make_problem("logreg-nonconvex", dataset="synthetic", nodes=5, samples=500, features=20,
+                     density=0.1, storage="csr")  # fmt: skip
+    P = torch.randn(7, p.d, dtype=torch.float64) * 0.3
+    p.points_engine = "library"
+    G, L = p.grad_points(P, with_loss=True)
+    f, g = p.loss_grad_points(P)
+    scipy_data = p._points_data()
+    p._points = _on_device(scipy_data, p.dtype, p.device)
+    assert all(isinstance(p._points[k], torch.Tensor) for k in ("A", "Bt", "full", "fullT"))
+    G2, L2 = p.grad_points(P, with_loss=True)
+    f2, g2 = p.loss_grad_points(P)
+    for a, b in ((G, G2), (L, L2), (f, f2), (g, g2)):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-14)

@@ -32,6 +32,17 @@ def test_ratios_and_targets_on_injected_numbers():
     assert "| w8a | csr/2 | compiled | 1.000 | 2.400 | 0.200 | 0.20 | met |" in text
 
 
+def test_a_grid_whose_unbatched_sweep_did_not_finish_is_reported_as_not_measured():
+    """The batched sweep runs first and is saved; a benchmark stopped during the one-run-per-
+    process sweep (hours on a GPU: one CUDA context per run) reports no ratio, not a wrong one."""
+    rows = [{"kind": "grid", "runs": 96, "sets": ["a9a"], "jobs": 16, "iters": 2000,
+             "device": "cuda", "off_s": None, "auto_s": 30.0}]  # fmt: skip
+    (r,) = grid.derive(rows)
+    assert r["speedup"] is None and r["target"].startswith("not measured")
+    assert "--jobs 16, device cuda" in grid.markdown([r])
+    assert "| - | 30.0 | -x | - | not measured" in grid.markdown([r])
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(find_data("mushrooms") is None, reason="the LIBSVM set mushrooms is absent")
 def test_grid_quick_on_one_set(monkeypatch):
