@@ -61,6 +61,7 @@ __all__ = [
     "chain",
     "itemsize",
     "numel_of",
+    "settle",
 ]
 
 KINDS = ("allreduce", "allgather", "broadcast")
@@ -218,6 +219,22 @@ def chain(
 
     fut.add_done_callback(outer_done)
     return out
+
+
+def settle(pause_s: float = 0.02) -> None:
+    """Let the process group's threads finish the callbacks of the last bucket before a DDP
+    model (or its group) is let go.
+
+    A hook's future (:func:`chain`) is completed on the group's thread, and a waiter wakes as
+    soon as it is marked done, before that thread has run the callbacks DDP chained onto it;
+    the last of those takes the GIL again. If the main thread drops the model in that window,
+    the group's destructor joins the thread while holding the GIL, and neither moves: the
+    process hangs for good (seen once in the test suite, in ``systems.pays``'s hook timing).
+    A barrier queues behind every earlier operation of the default group, and the pause,
+    with the GIL released, lets the thread take the GIL for its last callback."""
+    if dist.is_initialized():
+        dist.barrier()
+    time.sleep(pause_s)
 
 
 class CommHook:

@@ -26,6 +26,7 @@ leader, so its encode is the leader's, the one every rank waits for.
 
 from __future__ import annotations
 
+import gc
 import statistics
 import time
 
@@ -33,7 +34,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from comm.hooks import Timer
+from comm.hooks import Timer, settle
 from systems.hooks.bench import resolve_device
 
 __all__ = ["ShapeModule", "SyncTimer", "resolve_device", "time_hook"]
@@ -158,6 +159,9 @@ def time_hook(
             sync()
             if it >= warmup:
                 per_iter.append(sorted(calls, key=lambda c: c[0]))
+        settle()  # the group's thread done with the last bucket before the model goes
+        del ddp, net
+        gc.collect()
     finally:
         if own:
             dist.destroy_process_group()

@@ -36,6 +36,7 @@ separates.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import logging
 import os
@@ -173,6 +174,7 @@ def bench_one(
     groups: int | None,
 ) -> dict:
     """Time one hook (see the module docstring); a dict for the JSON record."""
+    from comm.hooks import settle
     from systems.hooks.fusion import wrap_ddp
 
     got = _resolve(spec)
@@ -235,6 +237,9 @@ def bench_one(
                 "sent_bytes": after[2] - before[2],
             }
         )
+    settle()  # the group's thread done with the last bucket before the model goes
+    del model, net
+    gc.collect()
     per_bucket = list(zip(*[[c[2] for c in i["buckets"]] for i in iters], strict=True))
     out = {
         "spec": spec,
