@@ -101,6 +101,9 @@ if numba is not None:
     from streams.compiled import _mix
 
     _pjit = numba.njit(cache=True, nogil=True, parallel=True)
+    # IEEE division (no ZeroDivisionError check), which lets the loops vectorize: the fill and
+    # the finish divide by a row's positive scale and by sqrt(n) only (THC's kernels share them)
+    _pjit_ieee = numba.njit(cache=True, nogil=True, parallel=True, error_model="numpy")
     _inline = numba.njit(inline="always", cache=True)
 
     @_inline
@@ -202,7 +205,7 @@ if numba is not None:
         for t in numba.prange(m * tasks):
             _block(buf[t // tasks], (t % tasks) << bl, bl)
 
-    @_pjit
+    @_pjit_ieee
     def _fill(x, den, keys, one, signs, buf, bl):
         """``signs = 1 - 2 (bits64 & 1)``, ``buf = (x / den, then zeros) * signs``, then the
         first ``bl`` stages, block by block."""
@@ -247,7 +250,7 @@ if numba is not None:
                 br[i] = one if bt[i] else -one
             _block(buf[r], o, bl)
 
-    @_pjit
+    @_pjit_ieee
     def _finish(buf, signs, root, scale, big, out):
         m, d = out.shape
         tasks = (d + CHUNK - 1) // CHUNK

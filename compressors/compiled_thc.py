@@ -81,46 +81,12 @@ def decode(index, values, signs, scale, d: int, root: float, big: float) -> torc
 
 
 if numba is not None:
-    from compressors.compiled_fwht import _block
+    # the fill (signs, scaling, first stages) and the finish are FO-SGD's
+    from compressors.compiled_fwht import _block, _fill, _finish
     from streams.compiled import _mix
 
     # IEEE division (no ZeroDivisionError check), which lets the loops vectorize
     _pjit = numba.njit(cache=True, nogil=True, parallel=True, error_model="numpy")
-
-    @_pjit
-    def _fill(x, den, keys, one, signs, buf, bl):
-        """``signs = 1 - 2 (bits64 & 1)``, ``buf = (x / den, then zeros) * signs``, then the
-        first ``bl`` stages, block by block (:func:`compressors.compiled_fwht._fill`)."""
-        m, d = x.shape
-        n = buf.shape[1]
-        tasks = n >> bl
-        zero = one - one
-        for t in numba.prange(m * tasks):
-            r, o = t // tasks, (t % tasks) << bl
-            sr, br = signs[r, o : o + (1 << bl)], buf[r, o : o + (1 << bl)]
-            z = keys[r] + np.uint64(o) * _GOLDEN
-            for i in range(sr.size):
-                sr[i] = -one if _mix(z + np.uint64(i + 1) * _GOLDEN) & np.uint64(1) else one
-            xr, dn = x[r, min(d, o) : min(d, o + (1 << bl))], den[r]
-            for i in range(xr.size):
-                br[i] = (xr[i] / dn) * sr[i]
-            for i in range(xr.size, br.size):
-                br[i] = zero * sr[i]
-            _block(buf[r], o, bl)
-
-    @_pjit
-    def _finish(buf, signs, root, scale, big, out):
-        """``clamp((signs (buf / root)) scale, -big, big)`` of the first ``d`` entries; NaN
-        stays (:func:`compressors.compiled_fwht._finish`)."""
-        m, d = out.shape
-        tasks = (d + CHUNK - 1) // CHUNK
-        for t in numba.prange(m * tasks):
-            r, c0 = t // tasks, (t % tasks) * CHUNK
-            c1 = min(d, c0 + CHUNK)
-            br, sr, orow, sc = buf[r, c0:c1], signs[r, c0:c1], out[r, c0:c1], scale[r]
-            for i in range(br.size):
-                v = (sr[i] * (br[i] / root)) * sc
-                orow[i] = big if v > big else (-big if v < -big else v)
 
     @_pjit
     def _quantize(buf, root, den, table, halfg, one, uniform, keys, shift, scale, index):
