@@ -60,3 +60,9 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if os.path.relpath(str(item.path), root) in SMOKE_FILES:
             item.add_marker(pytest.mark.smoke)
+        # the long tests (reproductions, GPU and multi-process runs) get an hour before the
+        # hang guard (pyproject's timeout) stops them, unless they name their own limit
+        if item.get_closest_marker("timeout") is None and any(
+            item.get_closest_marker(m) is not None for m in ("slow", "gpu", "dist")
+        ):
+            item.add_marker(pytest.mark.timeout(3600))

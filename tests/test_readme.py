@@ -251,11 +251,16 @@ EXERCISED: dict[str, Use] = {
         where="test_sharded_gloo_equals_the_simulation (tests/algorithms/test_decentralized.py):"
         " choco-sgd on a ring of 8 nodes over 2 gloo processes against the simulation",
     ),
-    'pip install torch==2.13.0 && pip install -e ".[dev]" && python -m algorithms.run marina '
-    "--compressor randk": Use(
+    'pip install torch==2.13.0 && pip install -e ".[dev]" && python -m compressors.warm && '
+    "python -m algorithms.run marina --compressor randk": Use(
         [*PY, "algorithms.run", "marina", "--compressor", "randk"], _check_marina
     ),
     "python -m pytest -q": Use(None, where=".ci/run runs it on a clean checkout"),
+    "python -m compressors.warm": Use(
+        None,
+        where=".ci/run runs it before the suite; test_every_compressor_encodes_decodes_and_sums_"
+        "in_both_dtypes (tests/compressors/test_warm.py) runs its command line on two compressors",
+    ),
     "python -m algorithms.run ef21 --compressor topk:ratio=0.05 --problem logreg-nonconvex "
     "--dataset breast-cancer --problem-opt scale=standard --nodes 20 --split contiguous "
     "--lambda 0.1 --x0 zeros --iters 2000 --out runs/ef21": Use(None, _check_ef21),
@@ -438,6 +443,8 @@ def test_checkpoint_then_resume(tmp_path: Path):
 
 
 @pytest.mark.skipif(not LIBSVM.joinpath("mushrooms.txt").is_file(), reason="no LIBSVM sets")
+# heavy: CI runs it after the default suite (the default suite's 8-minute budget)
+@pytest.mark.heavy
 def test_reproduce_quick(tmp_path: Path):
     out = _run(
         [*PY, "experiments.reproduce", "ef21-vs-ef", "--dataset", str(LIBSVM / "mushrooms.txt")]

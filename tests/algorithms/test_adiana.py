@@ -151,6 +151,8 @@ def test_runner(tmp_path):
     assert "refresh" in header and "H" in header
 
 
+# heavy: CI runs it after the default suite (the default suite's 8-minute budget)
+@pytest.mark.heavy
 def test_gloo_matches_the_simulation(tmp_path):
     torch_dist_helpers().parity(tmp_path, 2, ["adiana", "--compressor", "randk:k=3"])
 

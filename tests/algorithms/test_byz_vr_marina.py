@@ -147,6 +147,8 @@ def test_runner_writes_the_honest_columns(tmp_path):
     assert float(rows[-1]["grad_norm_sq_honest"]) >= 0 and rows[-1]["f_honest"]
 
 
+# heavy: CI runs it after the default suite (the default suite's 8-minute budget)
+@pytest.mark.heavy
 def test_gloo_sharded_parity(tmp_path):
     argv = ["byz-vr-marina", "--compressor", "randk:k=3", "--byzantine", "1", "--attack",
             "alie", "--aggregator", "cm", "--step", "0.05"]  # fmt: skip

@@ -152,6 +152,8 @@ def test_bad_input_exits_2_with_a_message(tmp_path, capsys, argv, message):
     assert message in capsys.readouterr().err
 
 
+# heavy: CI runs it after the default suite (the default suite's 8-minute budget)
+@pytest.mark.heavy
 def test_sharded_gloo_equals_the_simulation(tmp_path):
     helpers = torch_dist_helpers()
     helpers.sharded_parity(tmp_path, 2, 8, ["choco-sgd", "--compressor", "topk:k=2",

@@ -184,6 +184,8 @@ def test_runner(tmp_path):
 LOGREG = ["--problem", "logreg", "--lambda", "1e-3", "--iters", "12", "--quiet", "--seed", "3"]
 
 
+# heavy: CI runs it after the default suite (the default suite's 8-minute budget)
+@pytest.mark.heavy
 def test_gloo_matches_the_simulation(tmp_path):
     # Hessian learning active (logreg), Rand-K's per-node streams, Option 2's scalar l_i.
     helpers = torch_dist_helpers()

@@ -134,6 +134,8 @@ def test_runner(tmp_path):
     assert {"H", "P", "participants"} <= set(header)
 
 
+# heavy: CI runs it after the default suite (the default suite's 8-minute budget)
+@pytest.mark.heavy
 def test_gloo_matches_the_simulation(tmp_path):
     argv = ["mcm", "--compressor", "randk:k=3", "--randomized", "true", "--participation", "0.6"]
     torch_dist_helpers().parity(tmp_path, 2, argv)

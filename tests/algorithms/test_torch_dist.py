@@ -56,7 +56,8 @@ def parity(tmp_path, nproc: int, argv: list[str]) -> None:
     "argv",
     [
         ["ef21", "--compressor", "topk:k=2"],  # deterministic compressor
-        ["marina", "--compressor", "randk:k=3"],  # per-node streams, a shared coin, all-gather
+        # per-node streams, a shared coin, all-gather: after the default suite (its budget)
+        pytest.param(["marina", "--compressor", "randk:k=3"], marks=pytest.mark.heavy),
         # one support, an all-reduce of k values: in the dist suite (the default's budget)
         pytest.param(["marina", "--compressor", "randk:k=3,shared=true"], marks=pytest.mark.dist),
     ],
@@ -118,8 +119,13 @@ def sharded_parity(tmp_path, nproc: int, nodes: int, argv: list[str]) -> None:
     "nodes, argv",
     [
         (8, ["ef21", "--compressor", "topk:k=2"]),  # N = 4W
-        (5, ["marina", "--compressor", "randk:k=3"]),  # N not divisible by W; per-node streams
-        (5, ["ef21-pp", "--compressor", "topk:k=2", "--participation", "0.5"]),  # weights
+        # N not divisible by W, per-node streams; weights: after the default suite (its budget)
+        pytest.param(5, ["marina", "--compressor", "randk:k=3"], marks=pytest.mark.heavy),
+        pytest.param(
+            5,
+            ["ef21-pp", "--compressor", "topk:k=2", "--participation", "0.5"],
+            marks=pytest.mark.heavy,
+        ),
     ],
 )
 def test_sharded_nodes_match_the_simulation(tmp_path, nodes, argv):
@@ -263,7 +269,10 @@ def assert_wire_matches_bits(tmp_path, argv: list[str], nproc: int = 2) -> dict:
     "argv",
     [
         ["ef21", "--compressor", "topk:k=10"],  # bit-packed indices + float32 values
-        ["diana", "--compressor", "qsgd:levels=4,coding=elias"],  # variable size, Elias code
+        # variable size, Elias code: after the default suite (its budget)
+        pytest.param(
+            ["diana", "--compressor", "qsgd:levels=4,coding=elias"], marks=pytest.mark.heavy
+        ),
         # one bit per sign + a scale: in the dist suite (the default suite's budget)
         pytest.param(["dcgd", "--compressor", "scaled-sign"], marks=pytest.mark.dist),
     ],
@@ -291,6 +300,8 @@ def test_wire_bytes_match_the_accounted_bits_for_more_payloads(tmp_path, argv):
     assert_wire_matches_bits(tmp_path, argv, nproc=3)
 
 
+# heavy: CI runs it after the default suite (the default suite's 8-minute budget)
+@pytest.mark.heavy
 def test_two_launchers_over_loopback_match_the_simulation(tmp_path):
     """The multi-host launch of the README (``torchrun --nnodes 2 --rdzv-backend c10d``), both
     "hosts" on this machine: two launchers of one process each, 6 nodes in blocks of 3."""

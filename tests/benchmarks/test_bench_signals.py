@@ -19,6 +19,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 WAIT = 120  # seconds: a safety net for a stuck run, not a timing assertion
 
@@ -166,6 +168,8 @@ def test_sigint_at_the_first_case(tmp_path):
     assert doc["parts_done"] == [] and doc["bandwidth"]["best"] > 0
 
 
+# heavy: CI runs it after the default suite (the default suite's 8-minute budget)
+@pytest.mark.heavy
 def test_sigterm_after_a_case_keeps_its_rows(tmp_path):
     out = tmp_path / "out"
     bench = Bench(out, "--only", "iterations")

@@ -118,12 +118,19 @@ CASES = [
     for when in ("0.5", "2", "mid")
     for signum in (signal.SIGINT, signal.SIGTERM)
 ]
-FAST = {("run", "0.5"), ("run", "mid"), ("sweep", "0.5"), ("sweep", "mid")}
+FAST = {("run", "0.5"), ("run", "mid"), ("sweep", "0.5")}
+HEAVY = {("sweep", "mid")}  # CI runs these after the default suite (its 8-minute budget)
+
+
+def _marks(kind: str, when: str):
+    if (kind, when) in FAST:
+        return ()
+    return pytest.mark.heavy if (kind, when) in HEAVY else pytest.mark.slow
 
 
 @pytest.mark.parametrize(
     ("kind", "when", "signum"),
-    [pytest.param(k, w, s, marks=() if (k, w) in FAST else pytest.mark.slow) for k, w, s in CASES],
+    [pytest.param(k, w, s, marks=_marks(k, w)) for k, w, s in CASES],
     ids=[
         f"{k}-{w}s-{signal.Signals(s).name}" if w != "mid" else f"{k}-mid-{signal.Signals(s).name}"
         for k, w, s in CASES
