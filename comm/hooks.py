@@ -230,8 +230,10 @@ def settle(pause_s: float = 0.02) -> None:
     the last of those takes the GIL again. If the main thread drops the model in that window,
     the group's destructor joins the thread while holding the GIL, and neither moves: the
     process hangs for good (seen once in the test suite, in ``systems.pays``'s hook timing).
-    A barrier queues behind every earlier operation of the default group, and the pause,
-    with the GIL released, lets the thread take the GIL for its last callback."""
+    The barrier returns once every earlier operation of the default group is marked done, and
+    the pause, with the GIL released, gives the thread time to take the GIL back for its last
+    callbacks. This narrows the window to a thread held off the CPU for the whole pause; it
+    cannot close it (torch exposes no way to see that a future's callbacks have returned)."""
     if dist.is_initialized():
         dist.barrier()
     time.sleep(pause_s)

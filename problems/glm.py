@@ -240,9 +240,9 @@ class GLM(Problem):
         if self.dense and self._Ad is None:
             self._Ad = torch.from_numpy(self._A64.toarray()).to(self.device, self.dtype)
         csr = (self._crow, self._col, self._val)
-        # the kernels' view of the data (host arrays): only where the kernels serve
-        self._kdata = glm_kernels.pack(self._Ad if self.dense else None, csr, self.d) \
-            if self._compiled else None  # fmt: skip
+        self._kdata = None  # the kernels' view of the data (host arrays): where they serve
+        if self._compiled:
+            self._kdata = glm_kernels.pack(self._Ad if self.dense else None, csr, self.d)
         self.threads = threads
         shown = threads if threads is not None else torch.get_num_threads()
         self.engine = glm_engine.describe(engine, shown)
