@@ -417,7 +417,13 @@ SINGLE = [
 ]
 
 
-@pytest.mark.parametrize("cmd", SINGLE)
+# the longest command (about 20 s): CI runs it after the default suite (its 8-minute budget)
+HEAVY = {"python -m systems.utility --model resnet50 --workers 64 --bandwidth 10"}
+
+
+@pytest.mark.parametrize(
+    "cmd", [pytest.param(c, marks=pytest.mark.heavy) if c in HEAVY else c for c in SINGLE]
+)
 def test_command(cmd: str, tmp_path: Path):
     use = EXERCISED[cmd]
     out = _run(_argv(cmd, use), _workdir(tmp_path))

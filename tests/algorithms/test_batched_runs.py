@@ -171,6 +171,8 @@ def test_refusals_name_the_reason():
         run_batch("adiana", [{"step_mult": 1}, {"step_mult": 2}], compressor="randk:k=3", **GLM)
 
 
+# heavy: CI runs it after the default suite (about 25 s; the default suite's 8-minute budget)
+@pytest.mark.heavy
 def test_the_command_line_batch_writes_folders_that_resume_alone(tmp_path):
     base = ["ef21", "--compressor", "topk:k=2", "--problem", "logreg-nonconvex", "--dataset",
             "synthetic", "--nodes", "6", "--problem-opt", "samples=600", "--iters", "40",
