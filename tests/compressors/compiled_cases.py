@@ -62,3 +62,41 @@ def varied_input(
         if tail:
             x = x * torch.exp(2 * torch.randn(m, d, generator=gen, dtype=torch.float64))
     return x.to(dtype)
+
+
+def same_packet(got, want, fields: list[str] | None = None) -> None:
+    """The same fields (``fields``, or all of them and no other) and the same bit counts."""
+    if fields is None:
+        assert set(got.fields) == set(want.fields)
+    for name in want.fields if fields is None else fields:
+        assert same(got.fields[name], want.fields[name]), name
+    assert torch.equal(got.nbits, want.nbits)
+
+
+def check_against_torch_form(
+    kernels: ModuleType,
+    C,
+    x: torch.Tensor,
+    rng,
+    *,
+    fields: list[str] | None = None,
+    cross: bool = False,
+    wire: bool = False,
+):
+    """``C`` encodes ``x`` with ``kernels`` and in the torch form to the same packet, and both
+    decode to the same bits; ``cross``: the torch form decodes the kernels' packet to them too;
+    ``wire``: so does the kernels' packet after its bytes. Returns both packets."""
+    got = C.encode(x, rng)
+    with torch_form(kernels):
+        want = C.encode(x, rng)
+        want_dec = C.decode(want)
+        crossed = C.decode(got) if cross else None
+    same_packet(got, want, fields)
+    assert same(C.decode(got), want_dec)
+    if cross:
+        assert same(crossed, want_dec)
+    if wire:
+        data, nbytes = C.to_bytes(got)
+        back = C.from_bytes(data, nbytes, like=got, nodes=torch.arange(x.shape[0]))
+        assert same(C.decode(back), want_dec)
+    return got, want

@@ -13,7 +13,11 @@ from hypothesis import strategies as st
 from compressors import compiled_dithering, parse_spec
 from compressors.compiled_quant import CHUNK
 from streams import Streams
-from tests.compressors.compiled_cases import same, torch_form, varied_input
+from tests.compressors.compiled_cases import (
+    check_against_torch_form,
+    torch_form,
+    varied_input,
+)
 
 pytestmark = pytest.mark.skipif(not compiled_dithering.ENABLED, reason="numba is missing")
 
@@ -37,15 +41,7 @@ def _input(m: int, d: int, kind: int, dtype: torch.dtype, gen: torch.Generator):
 
 
 def _check(C, x: torch.Tensor, rng: Streams) -> None:
-    got = C.encode(x, rng)
-    with _torch_form():
-        want = C.encode(x, rng)
-        want_dec = C.decode(want)
-    assert set(got.fields) == set(want.fields)
-    for name in want.fields:
-        assert same(got.fields[name], want.fields[name]), name
-    assert torch.equal(got.nbits, want.nbits)
-    assert same(C.decode(got), want_dec)
+    check_against_torch_form(compiled_dithering, C, x, rng)
 
 
 @settings(max_examples=80, deadline=None)

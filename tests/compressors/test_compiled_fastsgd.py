@@ -8,7 +8,6 @@ then takes torch's powers)."""
 
 from __future__ import annotations
 
-import contextlib
 import math
 
 import pytest
@@ -16,6 +15,7 @@ import torch
 
 from compressors import compiled_dense, compiled_fastsgd, parse_spec
 from compressors.fastsgd import FastSGD
+from tests.compressors.compiled_cases import check_against_torch_form
 
 pytestmark = pytest.mark.skipif(not compiled_fastsgd.ENABLED, reason="numba is not installed")
 
@@ -27,24 +27,6 @@ SPECS = ["fastsgd", "fastsgd:base=1.5,levels=20", "fastsgd:base=4,levels=3", "fa
 def _kernels_at_every_size(monkeypatch):
     """The kernels serve inputs of every size here (in use, only from FAST_FROM entries)."""
     monkeypatch.setattr(compiled_dense, "FAST_FROM", 0)
-
-
-@contextlib.contextmanager
-def _torch_form():
-    compiled_fastsgd.ENABLED = False
-    try:
-        yield
-    finally:
-        compiled_fastsgd.ENABLED = True
-
-
-def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
-    if a.dtype != b.dtype or a.shape != b.shape:
-        return False
-    if a.is_floating_point():
-        view = {2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
-        a, b = a.contiguous().view(view), b.contiguous().view(view)
-    return torch.equal(a, b)
 
 
 def _input(m: int, d: int, kind: str, dtype: torch.dtype, seed: int) -> torch.Tensor:
@@ -72,17 +54,7 @@ def _input(m: int, d: int, kind: str, dtype: torch.dtype, seed: int) -> torch.Te
 
 
 def _check(C, x: torch.Tensor) -> None:
-    got = C.encode(x, 0)
-    with _torch_form():
-        want = C.encode(x, 0)
-        want_dec = C.decode(want)
-        cross = C.decode(got)
-    assert set(got.fields) == set(want.fields)
-    for name in want.fields:
-        assert _same(got.fields[name], want.fields[name]), name
-    assert torch.equal(got.nbits, want.nbits)
-    assert _same(C.decode(got), want_dec)
-    assert _same(cross, want_dec)
+    check_against_torch_form(compiled_fastsgd, C, x, 0, cross=True)
 
 
 @pytest.mark.parametrize("spec", SPECS)

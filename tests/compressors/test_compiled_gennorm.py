@@ -15,7 +15,10 @@ from hypothesis import strategies as st
 
 from compressors import compiled_gennorm, parse_spec
 from streams import Streams
-from tests.compressors.compiled_cases import same, torch_form, varied_input
+from tests.compressors.compiled_cases import (
+    check_against_torch_form,
+    varied_input,
+)
 
 pytestmark = pytest.mark.skipif(
     not compiled_gennorm.ENABLED or compiled_gennorm.lanes() is None,
@@ -24,10 +27,6 @@ pytestmark = pytest.mark.skipif(
 
 SPECS = ["gennorm", "gennorm:levels=1", "gennorm:levels=3,float_bits=64", "gennorm:levels=30"]
 DTYPES = [torch.float32, torch.float64, torch.bfloat16]
-
-
-def _torch_form():
-    return torch_form(compiled_gennorm)
 
 
 def _input(m: int, d: int, kind: int, dtype: torch.dtype, gen: torch.Generator):
@@ -45,15 +44,7 @@ def _threads(n: int):
 
 
 def _check(C, x: torch.Tensor, rng: Streams) -> None:
-    got = C.encode(x, rng)
-    with _torch_form():
-        want = C.encode(x, rng)
-        want_dec = C.decode(want)
-    assert set(got.fields) == set(want.fields)
-    for name in want.fields:
-        assert same(got.fields[name], want.fields[name]), name
-    assert torch.equal(got.nbits, want.nbits)
-    assert same(C.decode(got), want_dec)
+    check_against_torch_form(compiled_gennorm, C, x, rng)
 
 
 @settings(max_examples=60, deadline=None)

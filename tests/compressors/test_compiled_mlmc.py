@@ -6,7 +6,6 @@ of additions is torch's, and where it is unknown the torch form of the norm give
 
 from __future__ import annotations
 
-import contextlib
 import math
 
 import numpy as np
@@ -17,6 +16,7 @@ from hypothesis import strategies as st
 
 from compressors import compiled_mlmc, parse_spec
 from streams import Streams
+from tests.compressors.compiled_cases import check_against_torch_form, same
 
 pytestmark = pytest.mark.skipif(not compiled_mlmc.ENABLED, reason="numba is not installed")
 
@@ -40,24 +40,6 @@ def _kernels_at_every_size(monkeypatch):
     monkeypatch.setattr(compiled_mlmc, "FAST_FROM", 0)
 
 
-@contextlib.contextmanager
-def _torch_form():
-    compiled_mlmc.ENABLED = False
-    try:
-        yield
-    finally:
-        compiled_mlmc.ENABLED = True
-
-
-def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
-    if a.dtype != b.dtype or a.shape != b.shape:
-        return False
-    if a.is_floating_point():
-        view = {2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
-        a, b = a.contiguous().view(view), b.contiguous().view(view)
-    return torch.equal(a, b)
-
-
 def _input(m: int, d: int, kind: int, dtype: torch.dtype, gen: torch.Generator) -> torch.Tensor:
     x = torch.randn(m, d, generator=gen, dtype=torch.float64)
     if kind == 1:  # magnitudes over the whole range
@@ -77,19 +59,7 @@ def _input(m: int, d: int, kind: int, dtype: torch.dtype, gen: torch.Generator) 
 def _check(spec: str, x: torch.Tensor, seed: int) -> None:
     C = parse_spec(spec)
     m = x.shape[0]
-    rng = Streams.for_nodes(seed, range(m), 7)
-    got = C.encode(x, rng)
-    with _torch_form():
-        want = C.encode(x, rng)
-        want_dec = C.decode(want)
-    assert set(got.fields) == set(want.fields)
-    for name in want.fields:
-        assert _same(got.fields[name], want.fields[name]), name
-    assert torch.equal(got.nbits, want.nbits)
-    assert _same(C.decode(got), want_dec)
-    data, nbytes = C.to_bytes(got)
-    back = C.from_bytes(data, nbytes, like=got, nodes=torch.arange(m))
-    assert _same(C.decode(back), want_dec)
+    check_against_torch_form(compiled_mlmc, C, x, Streams.for_nodes(seed, range(m), 7), wire=True)
 
 
 @settings(max_examples=40, deadline=None)
@@ -143,7 +113,7 @@ def test_the_radix_order_is_the_stable_sort_order(dtype):
     assert np.array_equal(got.astype(np.int64), want.numpy())
     sq = torch.nan_to_num(a, posinf=0.0) ** 2
     csum = torch.gather(sq, 1, want[None]).cumsum(dim=1)[0, -1]
-    assert _same(r.csum[0, 0], csum)
+    assert same(r.csum[0, 0], csum)
 
 
 def test_the_norm_form_is_torchs():
@@ -160,7 +130,7 @@ def test_the_norm_form_is_torchs():
             got = torch.tensor(
                 [compiled_mlmc._lanes_norm(r.numpy(), *form) for r in rows], dtype=torch.float64
             )
-            assert _same(got, want), (n, shape)
+            assert same(got, want), (n, shape)
 
 
 def test_without_the_norm_form_torch_adds(monkeypatch):

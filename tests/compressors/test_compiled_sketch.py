@@ -6,7 +6,6 @@ shared and private hashes, rows crossing the kernels' blocks and chunks."""
 
 from __future__ import annotations
 
-import contextlib
 import math
 
 import pytest
@@ -14,6 +13,7 @@ import torch
 
 from compressors import compiled_dense, compiled_sketch, parse_spec
 from streams import Streams
+from tests.compressors.compiled_cases import check_against_torch_form
 
 pytestmark = pytest.mark.skipif(not compiled_sketch.ENABLED, reason="numba is not installed")
 
@@ -29,24 +29,6 @@ SPECS = [
 def _kernels_at_every_size(monkeypatch):
     """The kernels serve inputs of every size here (in use, only from FAST_FROM entries)."""
     monkeypatch.setattr(compiled_dense, "FAST_FROM", 0)
-
-
-@contextlib.contextmanager
-def _torch_form():
-    compiled_sketch.ENABLED = False
-    try:
-        yield
-    finally:
-        compiled_sketch.ENABLED = True
-
-
-def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
-    if a.dtype != b.dtype or a.shape != b.shape:
-        return False
-    if a.is_floating_point():
-        view = {2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
-        a, b = a.contiguous().view(view), b.contiguous().view(view)
-    return torch.equal(a, b)
 
 
 def _input(m: int, d: int, kind: str, dtype: torch.dtype, seed: int) -> torch.Tensor:
@@ -68,16 +50,8 @@ def _input(m: int, d: int, kind: str, dtype: torch.dtype, seed: int) -> torch.Te
 
 
 def _check(C, x: torch.Tensor, rng: Streams) -> None:
-    got = C.encode(x, rng)
-    with _torch_form():
-        want = C.encode(x, rng)
-        want_dec = C.decode(want)
-        cross = C.decode(got)
-    assert _same(got.fields["values"], want.fields["values"])
-    assert torch.equal(got.nbits, want.nbits)
+    got, want = check_against_torch_form(compiled_sketch, C, x, rng, fields=["values"], cross=True)
     assert got.meta["width"] == want.meta["width"]
-    assert _same(C.decode(got), want_dec)
-    assert _same(cross, want_dec)
 
 
 @pytest.mark.parametrize("spec", SPECS)

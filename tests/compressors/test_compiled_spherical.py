@@ -6,7 +6,6 @@ the norm is unknown (then torch takes the norm)."""
 
 from __future__ import annotations
 
-import contextlib
 import math
 
 import pytest
@@ -16,6 +15,7 @@ from hypothesis import strategies as st
 
 from compressors import compiled_mlmc, compiled_spherical, parse_spec
 from streams import Streams, tags
+from tests.compressors.compiled_cases import same, torch_form
 
 pytestmark = pytest.mark.skipif(not compiled_spherical.ENABLED, reason="numba is not installed")
 
@@ -28,22 +28,8 @@ def _kernels_at_every_size(monkeypatch):
     monkeypatch.setattr(compiled_spherical, "FAST_FROM", 0)
 
 
-@contextlib.contextmanager
 def _torch_form():
-    compiled_spherical.ENABLED = False
-    try:
-        yield
-    finally:
-        compiled_spherical.ENABLED = True
-
-
-def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
-    if a.dtype != b.dtype or a.shape != b.shape:
-        return False
-    if a.is_floating_point():
-        view = {2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
-        a, b = a.contiguous().view(view), b.contiguous().view(view)
-    return torch.equal(a, b)
+    return torch_form(compiled_spherical)
 
 
 def _input(m: int, d: int, kind: int, dtype: torch.dtype, gen: torch.Generator) -> torch.Tensor:
@@ -74,11 +60,11 @@ def _check(spec: str, x: torch.Tensor, seed: int) -> None:
         want_back = C.decode(C.from_bytes(data, nbytes, like=want, nodes=torch.arange(m)))
     assert set(got.fields) == set(want.fields)
     for name in want.fields:
-        assert _same(got.fields[name], want.fields[name]), name
+        assert same(got.fields[name], want.fields[name]), name
     assert torch.equal(got.nbits, want.nbits)
-    assert _same(C.decode(got), want_dec)
+    assert same(C.decode(got), want_dec)
     back = C.from_bytes(data, nbytes, like=got, nodes=torch.arange(m))  # the codebook, drawn here
-    assert _same(C.decode(back), want_back)
+    assert same(C.decode(back), want_back)
 
 
 def test_ndtri_is_torchs_on_every_branch():
@@ -91,7 +77,7 @@ def test_ndtri_is_torchs_on_every_branch():
     y = torch.cat([y, torch.tensor([0.0, 1.0, 0.5, 2.0**-1074, 1 - 2.0**-53])])
     got = torch.empty_like(y)
     compiled_spherical._ndtri_probe(y.numpy(), got.numpy())
-    assert _same(got, torch.special.ndtri(y))
+    assert same(got, torch.special.ndtri(y))
 
 
 @pytest.mark.parametrize("d", [1, 3, 512, 513, 5000])
@@ -103,7 +89,7 @@ def test_the_codebook_is_the_torch_forms(d):
             got = C._codebook(rng, d, dtype)
             with _torch_form():
                 want = C._codebook(rng, d, dtype)
-            assert _same(got, want), (d, k, dtype)
+            assert same(got, want), (d, k, dtype)
 
 
 @settings(max_examples=30, deadline=None)
@@ -133,4 +119,4 @@ def test_the_codeword_drawn_again_is_the_codebooks():
     _, norm = compiled_spherical.products(keys, 8, unit)
     j = torch.tensor([0, 7, 3])
     book = compiled_spherical.codebook(keys, 8, 700, torch.float32)
-    assert _same(compiled_spherical.words(keys, 700, j, norm, torch.float32), book[range(3), j])
+    assert same(compiled_spherical.words(keys, 700, j, norm, torch.float32), book[range(3), j])

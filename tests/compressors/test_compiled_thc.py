@@ -13,7 +13,7 @@ import torch
 
 from compressors import compiled_dense, compiled_thc, parse_spec
 from streams import Streams
-from tests.compressors.compiled_cases import same, torch_form
+from tests.compressors.compiled_cases import same, same_packet, torch_form
 
 pytestmark = pytest.mark.skipif(not compiled_thc.ENABLED, reason="numba is not installed")
 
@@ -50,26 +50,19 @@ def _input(m: int, d: int, kind: str, dtype: torch.dtype, seed: int) -> torch.Te
     return x.to(dtype)
 
 
-def _same_packet(got, want) -> None:
-    assert set(got.fields) == set(want.fields)
-    for name in want.fields:
-        assert same(got.fields[name], want.fields[name]), name
-    assert torch.equal(got.nbits, want.nbits)
-
-
 def _check(C, x: torch.Tensor, rng: Streams) -> None:
     got = C.encode(x, rng)
     with _torch_form():
         want = C.encode(x, rng)
         want_dec = C.decode(want)
-    _same_packet(got, want)
+    same_packet(got, want)
     assert same(C.decode(got), want_dec)
     scale = C.scale_of(x, rng).max()
     if bool(torch.isfinite(scale)):
         got = C.encode_shared(x, rng, scale)
         with _torch_form():
             want = C.encode_shared(x, rng, scale)
-        _same_packet(got, want)
+        same_packet(got, want)
 
 
 @pytest.mark.parametrize("spec", SPECS)
