@@ -90,7 +90,8 @@ def step_times(name: str, steps: int, repeats: int = 3, device: str = "cpu") -> 
     single_comm = SimulatedComm(n, seed=0)
     tiled = Tiled(problem, BATCH)
     comm = BatchedSimulatedComm(n, BATCH, 0)
-    batch = for_runs(algo, [algo.gamma * 2.0**k for k in range(BATCH)], n, problem.dtype)
+    batch = for_runs(algo, [algo.gamma * 2.0**k for k in range(BATCH)], n, problem.dtype,
+                     problem.device)  # fmt: skip
     one_state = algo.init(problem.x0, problem, single_comm)
     state = batch.init(tiled.x0, tiled, comm)
     algo.step(one_state, problem, single_comm)
@@ -116,6 +117,7 @@ def step_times(name: str, steps: int, repeats: int = 3, device: str = "cpu") -> 
         "batch_s": statistics.median(together),
         "points_engine": problem.points_engine,
         "engine": problem.engine,
+        "threads": torch.get_num_threads(),
     }
 
 
@@ -200,7 +202,7 @@ def markdown(rows: list[dict]) -> str:
     if steps:
         lines += [
             f"EF21 + Top-1, float64, n = 20, device {steps[0].get('device', 'cpu')}, "
-            f"{torch.get_num_threads()} threads: one run's step "
+            f"{steps[0].get('threads', '?')} threads: one run's step "
             f"against a {BATCH}-run batch's step / {BATCH}:\n",
             "| set | engine | batch kernel | one run ms | batch ms | per run ms | per run / one "
             "| target (<= 1/4) |",

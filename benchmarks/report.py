@@ -262,26 +262,15 @@ def _table(head: list[str], body: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def markdown(res: dict) -> str:
-    """The whole report from the derived results (see ``benchmarks.__main__``)."""
-    bw = res["bandwidth"]
-    parts = [
-        "# compzoo benchmarks (issue 9)",
-        f"\n{res['meta']}\n",
-        "## Memory bandwidth (STREAM-like triad, float64)\n",
-        _table(
-            ["numpy GB/s", "torch GB/s", "used (best) GB/s"],
-            [
-                [
-                    f"{bw.get('numpy', float('nan')) / 1e9:.2f}",
-                    f"{bw['torch'] / 1e9:.2f}",
-                    f"{bw['best'] / 1e9:.2f}",
-                ]
-            ],
-        ),
-        "\n## Seconds per iteration: compzoo vs per-node NumPy loop, % of bandwidth bound\n",
-        "speed-up = loop / compzoo; bound = (data pass + 2 x state bytes) / bandwidth.\n",
-    ]
+def _iterations_sections(res: dict) -> list[str]:
+    """The per-iteration table and the sparse-vs-densified one (none without rows)."""
+    if not (res["iterations"] or res["sparse"]):
+        return []
+    parts: list[str] = []
+    parts.append(
+        "\n## Seconds per iteration: compzoo vs per-node NumPy loop, % of bandwidth bound\n"
+    )
+    parts.append("speed-up = loop / compzoo; bound = (data pass + 2 x state bytes) / bandwidth.\n")
     body = []
     for r in res["iterations"]:
         if "error" in r:
@@ -323,6 +312,21 @@ def markdown(res: dict) -> str:
             ],
         )
     )
+    return parts
+
+
+def _compressor_and_memory_sections(res: dict) -> list[str]:
+    """The compressor and memory tables, each only with rows."""
+    parts: list[str] = []
+    if res["compressors"]:
+        parts += _compressor_section(res)
+    if res["memory"]:
+        parts += _memory_section(res)
+    return parts
+
+
+def _compressor_section(res: dict) -> list[str]:
+    parts: list[str] = []
     parts.append(
         "\n## Compressors: encode+decode vs a copy and the torch primitive (float32, one row)\n"
     )
@@ -360,6 +364,11 @@ def markdown(res: dict) -> str:
             body,
         )
     )
+    return parts
+
+
+def _memory_section(res: dict) -> list[str]:
+    parts: list[str] = []
     parts.append("\n## Peak resident memory vs theoretical state + data\n")
     body = []
     for r in res["memory"]:
@@ -400,6 +409,14 @@ def markdown(res: dict) -> str:
         "once, plus the (n, d) gradient the oracle returns: the last column is the peak "
         "against that working set.\n"
     )
+    return parts
+
+
+def _deep_section(res: dict) -> list[str]:
+    """The deep-net table (none without rows)."""
+    if not (res["deep"]):
+        return []
+    parts: list[str] = []
     parts.append("\n## Deep nets: batched (vmap) vs loop over 8 nodes, one minibatch gradient\n")
     parts.append(
         _table(
@@ -417,6 +434,30 @@ def markdown(res: dict) -> str:
             ],
         )
     )
+    return parts
+
+
+def markdown(res: dict) -> str:
+    """The whole report from the derived results (see ``benchmarks.__main__``)."""
+    bw = res["bandwidth"]
+    parts = [
+        "# compzoo benchmarks (issue 9)",
+        f"\n{res['meta']}\n",
+        "## Memory bandwidth (STREAM-like triad, float64)\n",
+        _table(
+            ["numpy GB/s", "torch GB/s", "used (best) GB/s"],
+            [
+                [
+                    f"{bw.get('numpy', float('nan')) / 1e9:.2f}",
+                    f"{bw['torch'] / 1e9:.2f}",
+                    f"{bw['best'] / 1e9:.2f}",
+                ]
+            ],
+        ),
+    ]
+    parts += _iterations_sections(res)
+    parts += _compressor_and_memory_sections(res)
+    parts += _deep_section(res)
     if res.get("paper"):
         parts.append("\n## The papers' setups: LIBSVM sets, n = 20, logreg-nonconvex\n")
         parts.append(
