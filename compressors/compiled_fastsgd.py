@@ -18,15 +18,15 @@ last place (``2^e m``, ``m`` in ``[1/sqrt 2, sqrt 2)``, the series of
 margin (about 1e-11, many times the two logarithms' difference) from a boundary ``k + 1/2``;
 the entries closer than that (none, in practice, unless put there on purpose) are settled by
 torch's own operations on them alone (torch's logarithm gives an entry the same number alone as
-in a row). ``M b^-q`` in decode takes ``b^-q`` from its exponent for ``b = 2^s``, else from a
-table of torch's ``pow``, whose vectorized and scalar forms differ for a few ``q`` of some
-bases: where they do for a level that occurs, torch computes the powers.
+in a row). ``M b^-q`` in decode takes ``b^-q`` from its exponent for ``b = 2^s``, else from
+the table :func:`powers` that the torch form reads too.
 """
 
 from __future__ import annotations
 
 import functools
 import math
+from fractions import Fraction
 
 import numpy as np
 import torch
@@ -119,25 +119,14 @@ def _settle(x, LM, lb: float, levels: int, keep, q, signs, rows) -> None:
 
 
 @functools.lru_cache(maxsize=64)
-def powers(base: float, levels: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(vec, differ)``: torch's ``pow(base, -k)`` for ``k < levels`` as its vectorized form
-    gives it, and where its scalar form (the last entries of each block torch hands a thread)
-    gives another number."""
-    size = 64 * (levels // 64 + 1)  # whole vectors: every entry in the vectorized form
-    vec = torch.pow(base, -torch.arange(size, dtype=torch.float64))[:levels].contiguous()
-    one = [torch.pow(base, torch.tensor([-float(k)], dtype=torch.float64)) for k in range(levels)]
-    differ = vec.view(torch.int64) != torch.cat(one).view(torch.int64)
-    return vec, differ
-
-
-@functools.lru_cache(maxsize=64)
-def _exact_powers(base: float, levels: int) -> bool:
-    """Whether torch's ``pow(base, -k)`` is ``2^(-s k)`` for every ``k < levels`` in both its
-    forms."""
-    vec, differ = powers(base, levels)
-    s = _binary(base)
-    want = torch.ldexp(torch.ones(levels, dtype=torch.float64), -s * torch.arange(levels))
-    return not bool(differ.any()) and torch.equal(vec, want)
+def powers(base: float, levels: int) -> torch.Tensor:
+    """``b^-k`` for ``k < levels``, float64, each correctly rounded from the exact rational
+    power of the float ``base``: the same numbers on every machine, thread count and entry's
+    place (torch's ``pow`` differs in the last bit by where an entry falls in a thread's block
+    for some bases, and by the machine's vector unit). For ``b = 2^s`` these are exactly
+    ``2^(-s k)`` (``levels <= 256``, ``b <= 4``: no underflow)."""
+    b = Fraction(float(base))
+    return torch.tensor([float(b**-k) for k in range(levels)], dtype=torch.float64)
 
 
 def decode(f, base: float, levels: int, dtype: torch.dtype) -> torch.Tensor:
@@ -148,16 +137,12 @@ def decode(f, base: float, levels: int, dtype: torch.dtype) -> torch.Tensor:
     out = torch.empty(q.shape, dtype=dtype)
     big = float(torch.finfo(dtype).max)
     s = _binary(base)
-    if s and _exact_powers(float(base), levels):  # b^-q = 2^(-s q): built from its exponent
+    if s:  # b^-q = 2^(-s q), the table's numbers: built from its exponent
         args = (keep.numpy().view(np.uint8), f["signs"].contiguous().numpy().view(np.uint8))
         launch(_decode_binary, *args, q.numpy(), M.numpy(), s, big, out.numpy())
         return out
-    pw, differ = powers(float(base), levels)
-    full = bool(differ.any()) and bool((differ[q.long().clamp(0, levels - 1)] & keep).any())
-    if full:  # a level whose power depends on the entry's place: torch's own powers
-        pw = torch.pow(float(base), -q.to(torch.float64))
     args = (keep.numpy(), f["signs"].contiguous().numpy(), q.numpy(), M.numpy())
-    launch(_decode, *args, pw.contiguous().numpy().reshape(-1), full, big, out.numpy())
+    launch(_decode, *args, powers(float(base), levels).numpy(), big, out.numpy())
     return out
 
 
@@ -400,8 +385,8 @@ if numba is not None:
                 orow[i] = big if y > big else (-big if y < -big else y)
 
     @_pjit
-    def _decode(keep, signs, q, M, pw, full, big, out):
-        """``pw``: the powers by level, or (``full``) by entry, ``(m d,)``."""
+    def _decode(keep, signs, q, M, pw, big, out):
+        """``pw``: the powers by level (:func:`powers`)."""
         m, d = out.shape
         tasks = (d + CHUNK - 1) // CHUNK
         for t in numba.prange(m * tasks):
@@ -413,8 +398,7 @@ if numba is not None:
             top = pw.size - 1
             for i in range(kr.size):
                 # a dropped entry's q is 0 in every packet; clamped all the same
-                p = pw[r * d + c0 + i] if full else pw[min(max(np.int64(qr[i]), 0), top)]
-                mag = Mr * p
+                mag = Mr * pw[min(max(np.int64(qr[i]), 0), top)]
                 y = (-mag if sr[i] else mag) if kr[i] else 0.0
                 y = y if finite else np.nan
                 orow[i] = big if y > big else (-big if y < -big else y)

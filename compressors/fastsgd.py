@@ -62,7 +62,9 @@ class FastSGD(Compressor):
     nearest in the log domain, halves to even) is a small non-negative integer; the threshold
     filter keeps the pairs with ``q_j < levels`` (zeros have ``q_j = inf`` and are dropped).
     ``C(x)_j = sign(x_j) M b^(-q_j)`` for the kept keys, ``0`` elsewhere; the largest entry is
-    sent exactly (``q = 0``). Deterministic.
+    sent exactly (``q = 0``). Deterministic: ``b^(-q)`` is the float64 nearest the exact power
+    (one table, :func:`compressors.compiled_fastsgd.powers`), so a decoded row is the same
+    number on every machine and thread count.
 
     Keys (reconstruction): the kept keys ascending, as deltas ``g = key - previous key - 1``
     (the first: the key itself). Each row chooses three widths ``w1 <= w2 <= w3 <= B``
@@ -263,7 +265,8 @@ class FastSGD(Compressor):
             return compiled_fastsgd.decode(f, float(self.base), self.levels, packet.dtype)
         wd = torch.float64
         M = f["scale"].to(wd)
-        mag = M[:, None] * torch.pow(float(self.base), -f["q"].to(wd))
+        pw = compiled_fastsgd.powers(float(self.base), self.levels).to(M.device)
+        mag = M[:, None] * pw[f["q"].long().clamp(0, self.levels - 1)]
         y = torch.where(f["keep"], torch.where(f["signs"], -mag, mag), 0.0)
         bad = ~torch.isfinite(M)
         if bool(bad.any()):

@@ -2,12 +2,14 @@
 the kept keys, the signs, the key widths, the bits and the decoded rows, on ordinary and extreme
 inputs (zeros, subnormals, the dtype's max, rows with a NaN or inf), rows crossing the kernels'
 chunks (where the key deltas are joined). Two places where the kernel cannot compute torch's
-numbers itself are exercised: entries next to a rounding boundary of the level (their rows are
-redone in torch) and bases whose powers torch computes differently by the entry's place (decode
-then takes torch's powers)."""
+numbers itself is exercised: entries next to a rounding boundary of the level (their rows are
+redone in torch). Decode's powers ``b^-q`` are one table for every form (correctly rounded), so
+a decoded row is the same on any thread count."""
 
 from __future__ import annotations
 
+import contextlib
+import decimal
 import math
 
 import pytest
@@ -15,7 +17,7 @@ import torch
 
 from compressors import compiled_dense, compiled_fastsgd, parse_spec
 from compressors.fastsgd import FastSGD
-from tests.compressors.compiled_cases import check_against_torch_form
+from tests.compressors.compiled_cases import check_against_torch_form, torch_form
 
 pytestmark = pytest.mark.skipif(not compiled_fastsgd.ENABLED, reason="numba is not installed")
 
@@ -92,7 +94,49 @@ def test_entries_at_a_rounding_boundary_are_settled_by_torch(spec, monkeypatch):
     assert calls
 
 
-def test_the_powers_of_two_are_the_same_in_every_form():
-    """Base 2 (the default) never needs torch's powers in decode."""
-    assert not bool(compiled_fastsgd.powers(2.0, 256)[1].any())
+@pytest.mark.parametrize(
+    "base,levels", [(2.0, 256), (4.0, 256), (1.5, 20), (1.01, 256), (3.7, 100)]
+)
+def test_the_powers_are_correctly_rounded(base, levels):
+    """Each ``b^-k`` is the float nearest the exact power (worked out here in 60-digit decimals);
+    for ``b = 2^s`` that is ``2^(-s k)``, what the kernel builds from the exponent."""
+    pw = compiled_fastsgd.powers(base, levels)
+    with decimal.localcontext() as ctx:
+        ctx.prec = 60
+        exact = [decimal.Decimal(base) ** -k for k in range(levels)]
+    for k in range(levels):
+        got = decimal.Decimal(float(pw[k]))
+        ulp = decimal.Decimal(math.ulp(float(pw[k])))
+        assert abs(got - exact[k]) <= ulp / 2, (base, k)
+    s = {2.0: 1, 4.0: 2}.get(base)
+    if s:
+        two = torch.ldexp(torch.ones(levels, dtype=torch.float64), -s * torch.arange(levels))
+        assert torch.equal(pw, two)
     assert FastSGD().levels <= 256
+
+
+@pytest.mark.parametrize("spec", ["fastsgd:base=1.01,levels=256", "fastsgd:base=3.7,levels=100"])
+@pytest.mark.parametrize("compiled", [False, True])
+def test_grid_values_come_back_exactly_on_any_thread_count(spec, compiled):
+    """Rows whose entries are ``M b^-q`` (every level, both signs) decode to themselves bit for
+    bit, in both forms and on one and on two threads: rows long enough (and of odd length) for
+    torch to split them between threads, where a power per entry from ``torch.pow`` would come
+    from its vectorized or its scalar form by the entry's place and differ in the last bit for
+    some levels of these bases."""
+    C = parse_spec(spec)
+    d = 100_001
+    gen = torch.Generator().manual_seed(7)
+    q = torch.randint(0, C.levels, (2, d), generator=gen)
+    sign = torch.where(torch.rand(2, d, generator=gen) < 0.5, -1.0, 1.0).double()
+    M = torch.tensor([[1.0], [3.0]], dtype=torch.float64)
+    x = sign * (M * compiled_fastsgd.powers(C.base, C.levels)[q])
+    x[:, 0] = M[:, 0]
+    for threads in (1, 2):
+        was = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            with contextlib.nullcontext() if compiled else torch_form(compiled_fastsgd):
+                y = C.decode(C.encode(x, 0))
+        finally:
+            torch.set_num_threads(was)
+        assert y.view(torch.int64).equal(x.view(torch.int64)), threads
