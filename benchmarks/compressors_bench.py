@@ -23,7 +23,7 @@ import argparse
 
 import torch
 
-from benchmarks.clock import median_seconds
+from benchmarks.clock import interleaved_medians
 from benchmarks.progress import Tracker
 from comm import SimulatedComm
 from compressors import parse_spec
@@ -99,11 +99,14 @@ def run(quick: bool = False, device: str = "cpu", track=None) -> list[dict]:
         x = torch.randn(1, N, generator=gen, device=dev)
         k = max(1, N // 100)
         repeats = 3 if quick else 5
-        t_copy = median_seconds(lambda x=x: x.clone(), repeats, sync)
+
+        def copy(x=x):
+            return x.clone()
+
         for name in names:
             spec = _spec(name, N)
             track.case(f"{spec}, {N:.3g} elements")
-            row = {"compressor": spec, "elements": N, "copy_s": t_copy}
+            row = {"compressor": spec, "elements": N}
             try:
                 C = parse_spec(spec).bind(1)
                 comm = SimulatedComm(1, seed=0)
@@ -111,13 +114,15 @@ def run(quick: bool = False, device: str = "cpu", track=None) -> list[dict]:
                 def ours(C=C, comm=comm, x=x):
                     return C.decode(C.encode(x, comm.rng_for(C, 0)))
 
-                t_ours = median_seconds(ours, repeats, sync)
+                ours()
             except (ValueError, RuntimeError) as e:
                 rows.append({**row, "error": str(e)})
                 track.rows(rows[-1:])
                 continue
             prim, pfn = _primitive(name, x, k, gen)
-            t_prim = median_seconds(pfn, repeats, sync)
+            # the copy, the compressor and its primitive in turn, round by round
+            t_copy, t_ours, t_prim = interleaved_medians((copy, ours, pfn), repeats, sync)
+            row["copy_s"] = t_copy
             if prim == "uniform draw" and t_copy > t_prim:
                 prim, t_prim = "copy", t_copy
             row.update(compzoo_s=t_ours, primitive=prim, primitive_s=t_prim)

@@ -15,8 +15,6 @@ for float32, 53 for float64); the result keeps the exponent field ``E`` or takes
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import torch
 
@@ -124,11 +122,15 @@ def natural_levels_ok(s: int) -> bool:
 
 
 if numba is not None:
+    from compressors.compiled_fastsgd import _as_bits, _as_float
     from compressors.compiled_perm import _log2
     from streams.compiled import _mix
 
     _pjit = numba.njit(cache=True, nogil=True, parallel=True)
     _ONE = np.uint64(1)
+    _MANT_BITS = np.uint64(52)  # of a float64
+    _MANT = np.uint64((1 << 52) - 1)
+    _ULP1 = 2.0**-52
 
     @_pjit
     def _natural(x, xb, keys, mbits, ebits, top, ushift, ubits, signs, mag):
@@ -206,16 +208,20 @@ if numba is not None:
                     u = np.float64(_mix(z0 + np.uint64(i + 1) * _GOLDEN) >> ush) * scale
                     lr[i] = np.int64(u < np.float64(min(abs(xr[i]) / den, one)))
             else:
-                for i in range(xr.size):
+                ithr = 1.0 / np.float64(thr)  # a power of two: r / thr = r ithr exactly
+                for i in range(xr.size):  # branch-free, on the bits of r (vectorised)
                     u = np.float64(_mix(z0 + np.uint64(i + 1) * _GOLDEN) >> ush) * scale
                     r = min(abs(xr[i]) / den, one)
-                    if r >= thr:  # natural: 2^e <= r < 2^(e+1), level e + s or one more
-                        e = math.frexp(np.float64(r))[1] - 1
-                        low = math.ldexp(1.0, e)
-                        up = 1 if u < (np.float64(r) - low) / low else 0
-                        lr[i] = min(e + s + up, s)
-                    else:  # below the smallest non-zero level 2^(1-s)
-                        lr[i] = min(1 if u < np.float64(r) / np.float64(thr) else 0, s)
+                    rb = np.float64(r)
+                    # natural: 2^e <= r < 2^(e+1) (r is normal here), level e + s or one more
+                    # with probability (r - 2^e) / 2^e, the mantissa's fraction, exactly
+                    bits = _as_bits(rb)
+                    e = np.int64(bits >> _MANT_BITS) - 1023
+                    frac = np.float64(bits & _MANT) * _ULP1
+                    hi = min(e + s + np.int64(u < frac), s)
+                    # below the smallest non-zero level 2^(1-s): 0 or that level
+                    lo = min(np.int64(u < rb * ithr), s)
+                    lr[i] = hi if r >= thr else lo
 
     @_pjit
     def _dither_decode(norm, levels, signs, grid, s, sf, out):
@@ -227,10 +233,11 @@ if numba is not None:
             lr, sr, orow = levels[j, c0:c1], signs[j, c0:c1], out[j, c0:c1]
             nr = norm[j]
             # the output entry converts the grid value to the output's dtype first
-            if grid == 2:
+            if grid == 2:  # 2^(level - s), built from its exponent (level - s >= -100)
                 for i in range(lr.size):
                     level = np.int64(lr[i])
-                    orow[i] = math.ldexp(1.0, level - s) if level > 0 else 0.0
+                    v = _as_float(np.uint64(1023 + level - s) << _MANT_BITS)
+                    orow[i] = v if level > 0 else 0.0
             else:
                 for i in range(lr.size):
                     orow[i] = lr[i]
