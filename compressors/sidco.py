@@ -92,21 +92,30 @@ class SIDCo(Compressor):
 
     def thresholds(self, x_i: torch.Tensor) -> torch.Tensor:
         """Each row's fitted threshold, ``(m,)`` float64 (NaN for a row with a NaN or inf)."""
-        a = x_i.abs().to(torch.float64)
+        return self._fit(x_i)[0]
+
+    def _fit(self, x_i: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The thresholds and ``|x|`` in float64 (which :meth:`_encode` compares with them)."""
+        a = x_i.to(torch.float64).abs_()
         m = a.shape[0]
         r = self.ratio ** (1.0 / self.stages)
         log_inv = math.log(1.0 / r)
         t = torch.zeros(m, dtype=torch.float64, device=a.device)
-        above = torch.ones_like(a, dtype=torch.bool)
-        for _ in range(self.stages):
-            count = above.sum(dim=1)
-            y = torch.where(above, a - t[:, None], 0.0)
+        above = None  # every entry, before the first stage
+        for stage in range(self.stages):
+            if stage == 0:  # a - 0 = a everywhere: the same numbers, summed the same way
+                count = torch.full((m,), a.shape[1], dtype=torch.int64, device=a.device)
+                y = a
+            else:
+                count = above.sum(dim=1)
+                y = torch.where(above, a - t[:, None], 0.0)
             n = count.clamp(min=1).to(torch.float64)
             mean = y.sum(dim=1) / n
             if self.dist == "exp":
                 step = mean * log_inv
             else:
-                var = (torch.where(above, (y - mean[:, None]) ** 2, 0.0)).sum(dim=1) / n
+                dev = (y - mean[:, None]) ** 2
+                var = (dev if above is None else torch.where(above, dev, 0.0)).sum(dim=1) / n
                 ratio2 = torch.where(var > 0, mean**2 / var, torch.inf)
                 xi = 0.5 * (1.0 - ratio2)
                 sigma = 0.5 * mean * (ratio2 + 1.0)
@@ -114,12 +123,13 @@ class SIDCo(Compressor):
                 pareto = sigma / torch.where(small, 1.0, xi) * ((1.0 / r) ** xi - 1)
                 step = torch.where(small | ~torch.isfinite(pareto), mean * log_inv, pareto)
             t = torch.where(count > 0, t + step, t)
-            above = a >= t[:, None]
-        return t
+            if stage + 1 < self.stages:
+                above = a >= t[:, None]
+        return t, a
 
     def _encode(self, x_i: torch.Tensor, rng: Streams) -> Packet:
-        t = self.thresholds(x_i).to(x_i.device)
-        keep = ~(x_i.abs().to(torch.float64) < t[:, None])
+        t, a = self._fit(x_i)
+        keep = torch.lt(a, t.to(a.device)[:, None]).logical_not_()
         values = torch.where(keep, x_i, torch.zeros((), dtype=x_i.dtype, device=x_i.device))
         nbits = self.row_bits(keep.sum(dim=1), x_i.shape[1])
         return self._packet(x_i, nbits, {"keep", "values"}, keep=keep, values=values)
