@@ -8,6 +8,12 @@ hand-written version could not avoid:
 * Rand-K, Perm-K, scaled Rand-K: ``randperm`` / ``index_select`` plus a scatter;
 * the stochastic quantizers (natural, QSGD, natural dithering, TernGrad), which draw one
   uniform per entry: that draw, ``Streams.uniform(N)`` in float32, or a plain copy if slower;
+* count sketch: its hashes drawn (``randint`` of buckets and signs per hash row), the table
+  summed (``scatter_add``) and the estimate read back (``gather``), as one would write it in
+  torch;
+* spherical compression: its ``K`` shared codewords drawn (``normal_``) and each one's product
+  with the row, one codeword at a time;
+* MLMC Top-K: a sort of ``|x|`` (the increments' norms need the magnitudes ranked);
 * the deterministic dense ones: a plain copy.
 
 ``ratio`` is compressor seconds / bound seconds (1 = as fast as the bound), ``x copy`` the
@@ -70,6 +76,34 @@ def _primitive(name: str, x: torch.Tensor, k: int, gen: torch.Generator):
     if name in DRAWS:
         streams = Streams.for_nodes(0, [0], device=x.device)
         return "uniform draw", lambda: streams.uniform(x.shape[1], dtype=torch.float32)
+    if name == "countsketch":  # the hashes drawn, the table summed, the estimate read back
+        C = parse_spec(name)
+        rows, cols = C.rows, C.width(x.shape[1])
+
+        def fn():
+            b = torch.randint(cols, (rows, x.shape[1]), generator=gen, device=x.device)
+            s = torch.randint(2, (rows, x.shape[1]), generator=gen, device=x.device)
+            s = s.to(x.dtype).mul_(2).sub_(1)
+            table = torch.zeros(rows, cols, dtype=x.dtype, device=x.device)
+            table.scatter_add_(1, b, s * x)
+            return (s * table.gather(1, b)).mean(dim=0)
+
+        return "randint+scatter_add+gather", fn
+    if name == "spherical":  # the shared codebook drawn and every codeword's product
+        K = 1 << parse_spec(name).k
+        word = torch.empty_like(x)
+
+        def fn():
+            best = (-1.0, 0)
+            for j in range(K):
+                word.normal_(generator=gen)
+                cos = float((word * x).sum().abs() / word.norm())
+                best = max(best, (cos, j))
+            return best
+
+        return f"{K} x (randn+dot)", fn
+    if name == "mlmc":  # the increments' norms need the magnitudes ranked
+        return "torch.sort", lambda: torch.sort(x.abs(), dim=1, descending=True)
     return "copy", lambda: x.clone()
 
 
