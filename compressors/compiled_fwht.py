@@ -2,9 +2,11 @@
 :mod:`streams.compiled`).
 
 The transform runs in place. The first ``BLOCK_LOG`` butterfly stages of each block of
-``2^BLOCK_LOG`` entries run while the block is in cache; the remaining stages go three at a
-time (eight entries at strides ``h, 2h, 4h`` held in registers through three stages), so a
-length ``2^L`` costs ``1 + ceil((L - BLOCK_LOG) / 3)`` passes over memory instead of ``L``.
+``2^BLOCK_LOG`` entries run while the block is in cache; the remaining stages go in rounds of
+up to ``ROUND``: a tile of ``TILE`` adjacent columns of the round's ``2^ROUND`` strided segments
+goes through all the round's stages while it is in cache, three stages at a time (eight entries
+at strides ``h, 2h, 4h`` held in registers). A length ``2^L`` costs
+``1 + ceil((L - BLOCK_LOG) / ROUND)`` passes over memory instead of ``L``.
 Every butterfly is one of the stage-by-stage form (``a + b``, ``a - b`` of the same two
 values, each having been through the same earlier stages); only the order in which the
 butterflies of different entries run changes, so the result is the same, bit for bit.
@@ -26,9 +28,10 @@ from streams.compiled import _GOLDEN, launch, numba
 __all__ = ["ENABLED", "fwht_", "fosgd_decode", "fosgd_encode", "serves"]
 
 ENABLED = numba is not None
-BLOCK_LOG = 11  # stages done per block while it is in cache (2^11 entries)
+BLOCK_LOG = 13  # stages done per block while it is in cache (2^13 entries)
 CHUNK = 1 << 15  # entries per task of the elementwise passes
-SPAN = 1 << 10  # entries per task of a three-stage pass
+ROUND = 7  # stages per pass over memory after the in-cache ones
+TILE = 512  # adjacent columns per task of such a pass (2^7 x 512 entries: in L2)
 _UNIFORM = {torch.float32: (40, 2.0**-24), torch.float64: (11, 2.0**-53)}
 
 
@@ -181,21 +184,37 @@ if numba is not None:
 
     @_pjit
     def _outer(buf, bl):
-        """The stages from ``h = 2^bl`` on, of each row of ``buf``, three at a time."""
+        """The stages from ``h = 2^bl`` on, of each row of ``buf``, in rounds of up to
+        ``ROUND`` stages: a round's tile (``TILE`` adjacent columns of its ``2^k`` strided
+        segments) goes through all its stages, three at a time, while it is in cache."""
         m, n = buf.shape
         lev = bl
         while (1 << lev) < n:
-            h = 1 << lev
-            k = 1
-            while k < 3 and (h << k) < n:
-                k += 1
-            span = h << k
-            cnt = min(h, SPAN)
-            per = h // cnt
+            h0 = 1 << lev
+            R = 1
+            while R < ROUND and (h0 << R) < n:
+                R += 1
+            span = h0 << R
+            width = min(h0, TILE)
+            per = h0 // width
             tasks = (n // span) * per
             for t in numba.prange(m * tasks):
                 r, u = t // tasks, t % tasks
-                _stages(buf[r], (u // per) * span + (u % per) * cnt, h, k, cnt)
+                o = (u // per) * span + (u % per) * width
+                _round(buf[r], o, h0, R, width)
+            lev += R
+
+    @_inline
+    def _round(b, o, h0, R, width):
+        """Stages ``h0, 2 h0, .., 2^(R-1) h0`` on the ``2^R`` segments ``b[o + i h0 :][:width]``,
+        three at a time (lower stages first, as stage by stage)."""
+        lev = 0
+        while lev < R:
+            k = min(3, R - lev)
+            h = h0 << lev
+            for q in range(1 << (R - lev - k)):
+                for a in range(1 << lev):
+                    _stages(b, o + a * h0 + q * (h << k), h, k, width)
             lev += k
 
     @_pjit

@@ -99,7 +99,8 @@ def test_reference_transform_is_the_matrix():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_fwht_is_the_stage_by_stage_transform(dtype):
-    for k in (0, 1, 2, 3, 5, 11, 12, 13, 14, 16):  # the in-cache block is 2^11 entries
+    # the in-cache block is 2^13 entries, then rounds of up to 7 stages (a partial one, one, two)
+    for k in (0, 1, 2, 3, 5, 11, 12, 13, 14, 16, 20, 21):
         x = _rows(3, 1 << k, dtype, k)
         want = torch.from_numpy(ref_fwht(x.numpy()))
         assert _same(fwht(x), want), k
