@@ -195,6 +195,7 @@ class GLM(Problem):
         self._scipy_ok = self.device.type == "cpu" and dt in (torch.float32, torch.float64)
         self._Ad = None
         self._server = None if server is None else self._server_data(*server)
+        self._threads_opt = threads
         self._choose_engine(storage, threads)
 
     # ------------------------------------------------------------------ the engine
@@ -546,20 +547,38 @@ class GLM(Problem):
         B = sp.csr_matrix((sub.data, cols, sub.indptr), shape=(rows.size, self.m * self.d))
         return sub, B
 
+    def _stacked(self, counts: np.ndarray) -> dict[str, torch.Tensor]:
+        """The held rows as ``X3`` ``(m, c, d)`` with ``c = max_i m_i``, their labels ``bh3`` and
+        weights ``1/m_i`` as ``inv3`` ``(m, c, 1)``; a node with fewer rows is padded with zero
+        rows of weight 0, which add exactly 0 to its gradient and loss."""
+        m, c, dev = self.m, int(counts.max()), self.device
+        held = self._Ad[self._krows.to(dev)]
+        if (counts == c).all():
+            return {"X3": held.view(m, c, self.d), "bh3": self._bh.view(m, c, 1),
+                    "inv3": self._inv_m.view(m, c, 1)}  # fmt: skip
+        local = self._local.to(dev)
+        slot = torch.arange(local.numel(), device=dev) - self._ptr.to(dev)[local]
+        X3 = torch.zeros(m, c, self.d, dtype=self.dtype, device=dev)
+        X3[local, slot] = held
+        bh3 = torch.zeros(m, c, 1, dtype=self.dtype, device=dev)
+        bh3[local, slot, 0] = self._bh
+        inv3 = torch.zeros(m, c, 1, dtype=self.dtype, device=dev)
+        inv3[local, slot, 0] = self._inv_m
+        return {"X3": X3, "bh3": bh3, "inv3": inv3}
+
     def _points_data(self) -> dict[str, Any]:
         """What :meth:`grad_points` and :meth:`loss_grad_points` multiply by, built once in the
         problem's dtype: SciPy's CSR of the held rows and the block-diagonal transpose (node
         ``j``'s rows in column block ``j``), and of all rows and their transpose; on dense
-        data with equal ``m_i``, the held rows as an ``(m, c, d)`` tensor instead, so that
+        data, the held rows as an ``(m, c, d)`` tensor instead (:meth:`_stacked`), so that
         each product is one batched GEMM."""
         if self._points is not None:
             return self._points
         rows, counts = self._krows.numpy(), np.diff(self._ptr.numpy())
         npdt = np.float32 if self.dtype == torch.float32 else np.float64
         out: dict[str, Any] = {"X3": None, "A": None, "Bt": None}
-        if self.dense and (counts == counts[0]).all() and self._Ad is not None:
-            held = self._Ad[self._krows.to(self.device)]
-            out["X3"] = held.view(self.m, int(counts[0]), self.d)
+        if self.dense and self._Ad is not None and counts.size:
+            out.update(self._stacked(counts))
         else:
             sub, B = self._block_design(rows, self._local.cpu().numpy())
             out["A"] = sub.astype(npdt)
@@ -576,6 +595,9 @@ class GLM(Problem):
     #: node's rows for all points, where the kernels serve this loss), ``library`` (BLAS or
     #: SciPy products with ``R`` right-hand sides) or ``auto`` (timed on the first call)
     points_engine: str = "auto"
+    #: the thread count of :meth:`grad_points` (chosen with :attr:`points_engine`: ``R``
+    #: points are more work than one, and may want more threads than :attr:`threads`)
+    points_threads: int | None = None
     #: :meth:`grad_points` also gives each node's loss (``with_loss``)
     points_with_loss: ClassVar[bool] = True
 
@@ -593,7 +615,11 @@ class GLM(Problem):
             return M @ Y
         return torch.from_numpy(np.asarray(M @ Y.detach().numpy()))
 
-    @_on_threads
+    def _on_points_threads(self):
+        """The thread count of :meth:`grad_points` and :meth:`loss_grad_points`, in force."""
+        n = self.points_threads if self.points_threads is not None else self.threads
+        return glm_engine.threads_used(n)
+
     def grad_points(self, P: torch.Tensor, with_loss: bool = False):
         """``(R, m, d)``: entry ``[r, j]`` is ``grad f_{nodes[j]}(P[r])``, every held node at
         each of ``R`` points ``P`` ``(R, d)``, in one pass over the held rows (the gradients of
@@ -601,10 +627,15 @@ class GLM(Problem):
         node's ``f_i`` at each point. Equal to :meth:`grad` at each point up to rounding (the
         sums run in another order). The pass is a compiled kernel's (the innermost loops over
         the points) or, on a library engine, a BLAS/SciPy product with ``R`` right-hand sides:
-        :attr:`points_engine`, chosen by timing both on the first call (``auto``)."""
+        :attr:`points_engine`, chosen by timing both on the first call (``auto``), with
+        :attr:`points_threads`."""
         P = P.to(self.device, self.dtype)
         if self.points_engine == "auto":
             self._choose_points_engine(P)
+        with self._on_points_threads():
+            return self._grad_points(P, with_loss)
+
+    def _grad_points(self, P: torch.Tensor, with_loss: bool):
         if self._compiled and self.points_engine == "compiled":
             if self._kernels:
                 kdata = self._kdata
@@ -630,9 +661,8 @@ class GLM(Problem):
         data = self._points_data()
         if data["X3"] is not None:
             X3 = data["X3"]
-            c = X3.shape[1]
             Z = torch.matmul(X3, P.T)  # (m, c, R)
-            bh, inv = self._bh.view(m, c, 1), self._inv_m.view(m, c, 1)
+            bh, inv = data["bh3"], data["inv3"]
             U = self.dphi(Z, bh) * inv
             G = torch.matmul(X3.transpose(1, 2), U)  # (m, d, R)
             Lm = (self.phi(Z, bh) * inv).sum(1) if with_loss else None  # (m, R)
@@ -649,15 +679,20 @@ class GLM(Problem):
 
     def _choose_points_engine(self, P: torch.Tensor) -> None:
         """Time the compiled kernel and the library products on ``P`` (after one untimed call
-        of each, which compiles) and keep the faster for this problem."""
+        of each, which compiles), each on one thread and on torch's count (unless ``threads``
+        was forced), and keep the fastest for this problem."""
         import time
 
-        if not self._compiled:
-            self.points_engine = "library"
-            return
+        engines = ("compiled", "library") if self._compiled else ("library",)
+        counts = [None]
+        if self.device.type == "cpu":
+            counts = glm_engine.thread_candidates(self._threads_opt)
+        options = [(e, n) for e in engines for n in counts]
         best = None
-        for engine in ("compiled", "library"):
-            self.points_engine = engine
+        for engine, n in options:
+            self.points_engine, self.points_threads = engine, n
+            if len(options) == 1:
+                return
             self.grad_points(P)
             took = []
             for _ in range(3):
@@ -665,14 +700,18 @@ class GLM(Problem):
                 self.grad_points(P)
                 took.append(time.perf_counter() - t0)
             if best is None or min(took) < best[0]:
-                best = (min(took), engine)
-        self.points_engine = best[1]
+                best = (min(took), engine, n)
+        self.points_engine, self.points_threads = best[1], best[2]
 
-    @_on_threads
     def loss_grad_points(self, P: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``f`` ``(R,)`` and ``grad f`` ``(R, d)`` at each of ``R`` points ``(R, d)``, from one
         pass for the margins and one for the gradients (what the runner logs for ``R`` runs
-        that advance together); equal to :meth:`loss` and :meth:`full_grad` up to rounding."""
+        that advance together); equal to :meth:`loss` and :meth:`full_grad` up to rounding.
+        On :attr:`points_threads` where chosen."""
+        with self._on_points_threads():
+            return self._loss_grad_points(P)
+
+    def _loss_grad_points(self, P: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         P = P.to(self.device, self.dtype)
         data = self._points_data()
         b, w = self._b[:, None], self._w[:, None]

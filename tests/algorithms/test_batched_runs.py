@@ -226,6 +226,36 @@ def test_grad_points_equals_the_gradients_at_each_point():
                                atol=1e-14)  # fmt: skip
 
 
+@pytest.mark.parametrize("samples", [500, 503])
+def test_grad_points_on_dense_data_stack_the_nodes_padded_where_their_sizes_differ(samples):
+    """The library path on dense data is one batched GEMM over the nodes' rows stacked
+    ``(m, c, d)``; nodes with fewer rows get zero rows of weight 0, which change nothing."""
+    p = make_problem("logreg-nonconvex", dataset="synthetic", nodes=5, samples=samples,
+                     features=20, density=0.4, storage="dense")  # fmt: skip
+    P = torch.randn(7, p.d, dtype=torch.float64) * 0.3
+    p.points_engine = "library"
+    G, L = p.grad_points(P, with_loss=True)
+    X3 = p._points_data()["X3"]
+    assert X3 is not None and X3.shape == (5, -(-samples // 5), p.d)
+    assert int((X3.abs().sum(2) == 0).sum()) >= (-samples) % 5  # the padding rows
+    torch.testing.assert_close(G, torch.stack([p.grad(x) for x in P]), rtol=1e-12, atol=1e-14)
+    torch.testing.assert_close(L.mean(1), torch.stack([p.loss(x) for x in P]), rtol=1e-12,
+                               atol=1e-14)  # fmt: skip
+    f, g = p.loss_grad_points(P)
+    torch.testing.assert_close(f, torch.stack([p.loss(x) for x in P]), rtol=1e-12, atol=1e-14)
+
+
+def test_grad_points_choose_their_engine_and_thread_count():
+    from problems import glm_engine
+
+    P = torch.randn(12, 20, dtype=torch.float64) * 0.3
+    for threads, allowed in (("auto", glm_engine.thread_candidates("auto")), (1, [1])):
+        p = make_problem("logreg-nonconvex", dataset="synthetic", nodes=5, samples=500,
+                         features=20, density=0.4, threads=threads)  # fmt: skip
+        p.grad_points(P)
+        assert p.points_engine in ("compiled", "library") and p.points_threads in allowed
+
+
 def test_grad_points_through_torch_sparse_products_as_on_a_gpu():
     """On a GPU the library path multiplies by torch's sparse CSR (cuSPARSE) instead of SciPy's:
     the same products, here on the CPU, give the same gradients and losses."""
