@@ -96,7 +96,12 @@ class RankR(Compressor):
         m1, m2 = matrix_shape(d)
         r = self._r(d)
         w = work_dtype(x_i.dtype)
-        mat = torch.nn.functional.pad(x_i.to(w), (0, m1 * m2 - d)).reshape(m, m1, m2)
+        if m1 * m2 == d:  # read in place
+            mat = x_i.to(w).reshape(m, m1, m2)
+        else:  # zeros after the row (a plain copy: torch's pad is several times slower)
+            mat = torch.zeros(m, m1 * m2, dtype=w, device=x_i.device)
+            mat[:, :d] = x_i
+            mat = mat.view(m, m1, m2)
         q = rng.normal(m2, r, dtype=w)
         p, rt = _power_step(mat, q)
         over = ~torch.isfinite(rt).all(dim=2).all(dim=1)
