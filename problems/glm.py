@@ -577,7 +577,9 @@ class GLM(Problem):
         rows, counts = self._krows.numpy(), np.diff(self._ptr.numpy())
         npdt = np.float32 if self.dtype == torch.float32 else np.float64
         out: dict[str, Any] = {"X3": None, "A": None, "Bt": None}
-        if self.dense and self._Ad is not None and counts.size:
+        # stacked where the padding at most doubles the rows (a skewed split, such as a
+        # Dirichlet one, takes the block-diagonal products instead)
+        if self.dense and self._Ad is not None and 0 < self.m * counts.max() <= 2 * counts.sum():
             out.update(self._stacked(counts))
         else:
             sub, B = self._block_design(rows, self._local.cpu().numpy())

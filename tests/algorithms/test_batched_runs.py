@@ -245,6 +245,19 @@ def test_grad_points_on_dense_data_stack_the_nodes_padded_where_their_sizes_diff
     torch.testing.assert_close(f, torch.stack([p.loss(x) for x in P]), rtol=1e-12, atol=1e-14)
 
 
+def test_grad_points_on_a_skewed_dense_split_take_the_block_products():
+    """Where padding the nodes to the largest would more than double the rows, no stack."""
+    p = make_problem("logreg-nonconvex", dataset="synthetic", nodes=5, samples=500, features=20,
+                     density=0.4, storage="dense", split="dirichlet:0.1")  # fmt: skip
+    counts = np.diff(p._ptr.numpy())
+    assert 5 * counts.max() > 2 * counts.sum()
+    P = torch.randn(7, p.d, dtype=torch.float64) * 0.3
+    p.points_engine = "library"
+    G = p.grad_points(P)
+    assert p._points_data()["X3"] is None
+    torch.testing.assert_close(G, torch.stack([p.grad(x) for x in P]), rtol=1e-12, atol=1e-14)
+
+
 def test_grad_points_choose_their_engine_and_thread_count():
     from problems import glm_engine
 
