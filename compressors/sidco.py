@@ -96,7 +96,7 @@ class SIDCo(Compressor):
 
     def _fit(self, x_i: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The thresholds and ``|x|`` in float64 (which :meth:`_encode` compares with them)."""
-        a = x_i.to(torch.float64).abs_()
+        a = x_i.to(torch.float64, copy=True).abs_()  # a copy: never the caller's tensor
         m = a.shape[0]
         r = self.ratio ** (1.0 / self.stages)
         log_inv = math.log(1.0 / r)
