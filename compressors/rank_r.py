@@ -98,7 +98,7 @@ class RankR(Compressor):
         w = work_dtype(x_i.dtype)
         if m1 * m2 == d:  # read in place
             mat = x_i.to(w).reshape(m, m1, m2)
-        else:  # zeros after the row (a plain copy: torch's pad is several times slower)
+        else:  # the row, then zeros
             mat = torch.zeros(m, m1 * m2, dtype=w, device=x_i.device)
             mat[:, :d] = x_i
             mat = mat.view(m, m1, m2)
