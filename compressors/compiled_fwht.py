@@ -1,12 +1,13 @@
 """Compiled CPU kernels of the Walsh-Hadamard transform and of FO-SGD's compressor (see
 :mod:`streams.compiled`).
 
-The transform runs in place. The first ``BLOCK_LOG`` butterfly stages of each block of
-``2^BLOCK_LOG`` entries run while the block is in cache; the remaining stages go in rounds of
-up to ``ROUND``: a tile of ``TILE`` adjacent columns of the round's ``2^ROUND`` strided segments
-goes through all the round's stages while it is in cache, three stages at a time (eight entries
-at strides ``h, 2h, 4h`` held in registers). A length ``2^L`` costs
-``1 + ceil((L - BLOCK_LOG) / ROUND)`` passes over memory instead of ``L``.
+The transform runs in place. The first ``bl`` butterfly stages of each block of ``2^bl``
+entries run while the block is in cache; the remaining stages go in rounds of up to ``rnd``: a
+tile of ``tile`` adjacent columns of the round's ``2^rnd`` strided segments goes through all the
+round's stages while it is in cache, three stages at a time (eight entries at strides
+``h, 2h, 4h`` held in registers). A length ``2^L`` costs ``1 + ceil((L - bl) / rnd)`` passes over
+memory instead of ``L``. Which ``(bl, rnd, tile)`` is fastest depends on the CPU's caches: for
+long rows it is timed once per length, dtype and thread count (:func:`plan`).
 Every butterfly is one of the stage-by-stage form (``a + b``, ``a - b`` of the same two
 values, each having been through the same earlier stages); only the order in which the
 butterflies of different entries run changes, so the result is the same, bit for bit.
@@ -19,6 +20,8 @@ stages on it at once; the quantization pass draws the dither the same way. Decod
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import torch
 
@@ -28,10 +31,14 @@ from streams.compiled import _GOLDEN, launch, numba
 __all__ = ["ENABLED", "fwht_", "fosgd_decode", "fosgd_encode", "serves"]
 
 ENABLED = numba is not None
-BLOCK_LOG = 13  # stages done per block while it is in cache (2^13 entries)
 CHUNK = 1 << 15  # entries per task of the elementwise passes
-ROUND = 7  # stages per pass over memory after the in-cache ones
-TILE = 512  # adjacent columns per task of such a pass (2^7 x 512 entries: in L2)
+#: ``(block_log, round, tile)``: the stages done per block of ``2^block_log`` entries while it is
+#: in cache, the stages per pass over memory after them, and the adjacent columns per task of
+#: such a pass (``2^round x tile`` entries in L2). The first serves rows shorter than
+#: :data:`MEASURE_FROM`; longer rows take the fastest, timed on this machine (:func:`plan`).
+PLANS = ((13, 7, 512), (13, 6, 1024), (14, 6, 1024), (12, 7, 512), (11, 7, 256))
+MEASURE_FROM = 1 << 20
+_CHOSEN: dict[tuple, tuple[int, int, int]] = {}
 _UNIFORM = {torch.float32: (40, 2.0**-24), torch.float64: (11, 2.0**-53)}
 
 
@@ -51,13 +58,40 @@ def _log2(n: int) -> int:
     return (n - 1).bit_length()
 
 
+def plan(n: int, dtype: torch.dtype) -> tuple[int, int, int]:
+    """``(bl, rnd, tile)`` for rows of ``n`` entries (``bl`` at most ``log2 n``): the first of
+    :data:`PLANS` below :data:`MEASURE_FROM` entries, else the fastest of them, timed once per
+    length, dtype and thread count in this process. The transform's numbers are the same under
+    every plan (each butterfly is the stage-by-stage one)."""
+    if n < MEASURE_FROM:
+        bl, rnd, tile = PLANS[0]
+        return min(bl, _log2(n)), rnd, tile
+    key = (n, dtype, torch.get_num_threads())
+    if key not in _CHOSEN:
+        buf = torch.zeros(1, n, dtype=dtype)
+        plans = [(min(bl, _log2(n)), rnd, tile) for bl, rnd, tile in PLANS]
+        best = dict.fromkeys(plans, float("inf"))
+        for _ in range(3):  # in turn, round by round (the first call may load the kernels)
+            for p in plans:
+                t0 = time.perf_counter()
+                transform_(buf, p)
+                best[p] = min(best[p], time.perf_counter() - t0)
+        _CHOSEN[key] = min(plans, key=best.__getitem__)
+    return _CHOSEN[key]
+
+
+def transform_(buf: torch.Tensor, p: tuple[int, int, int]) -> torch.Tensor:
+    """:func:`fwht_` under the plan ``p``."""
+    launch(_fwht_blocks, buf.numpy(), p[0])
+    launch(_outer, buf.numpy(), *p)
+    return buf
+
+
 def fwht_(buf: torch.Tensor) -> torch.Tensor:
     """``buf`` (contiguous ``(m, n)``, ``n`` a power of two) replaced by its unnormalized
     Walsh-Hadamard transform, row by row."""
     if buf.numel():
-        bl = min(BLOCK_LOG, _log2(buf.shape[1]))
-        launch(_fwht_blocks, buf.numpy(), bl)
-        launch(_outer, buf.numpy(), bl)
+        transform_(buf, plan(buf.shape[1], buf.dtype))
     return buf
 
 
@@ -70,11 +104,11 @@ def fosgd_encode(x, den, sign_keys, dither_keys, n: int, root: float):
     m = x.shape[0]
     signs = torch.empty(m, n, dtype=x.dtype)
     buf = torch.empty(m, n, dtype=x.dtype)
-    bl = min(BLOCK_LOG, _log2(n))
+    p = plan(n, x.dtype)
     ks = sign_keys.contiguous().numpy().view(np.uint64)
     args = (x.numpy(), den.contiguous().numpy(), ks, kind(1.0))
-    launch(_fill, *args, signs.numpy(), buf.numpy(), bl)
-    launch(_outer, buf.numpy(), bl)
+    launch(_fill, *args, signs.numpy(), buf.numpy(), p[0])
+    launch(_outer, buf.numpy(), *p)
     lam = compiled_dense.absmax(buf) / root  # max_j |y_j| / root: division is monotone
     den2 = torch.where(lam > 0, lam, 1.0)
     bits = torch.empty(m, n, dtype=torch.bool)
@@ -91,9 +125,9 @@ def fosgd_decode(bits, signs, scale, d: int, root: float, big: float) -> torch.T
     kind = signs.numpy().dtype.type
     m, n = signs.shape
     buf = torch.empty(m, n, dtype=signs.dtype)
-    bl = min(BLOCK_LOG, _log2(n))
-    launch(_unpack, bits.contiguous().numpy(), kind(1.0), buf.numpy(), bl)
-    launch(_outer, buf.numpy(), bl)
+    p = plan(n, signs.dtype)
+    launch(_unpack, bits.contiguous().numpy(), kind(1.0), buf.numpy(), p[0])
+    launch(_outer, buf.numpy(), *p)
     out = torch.empty(m, d, dtype=signs.dtype)
     args = (buf.numpy(), signs.numpy(), kind(root), scale.contiguous().numpy(), kind(big))
     launch(_finish, *args, out.numpy())
@@ -183,19 +217,19 @@ if numba is not None:
             lev += k
 
     @_pjit
-    def _outer(buf, bl):
-        """The stages from ``h = 2^bl`` on, of each row of ``buf``, in rounds of up to
-        ``ROUND`` stages: a round's tile (``TILE`` adjacent columns of its ``2^k`` strided
-        segments) goes through all its stages, three at a time, while it is in cache."""
+    def _outer(buf, bl, rnd, tile):
+        """The stages from ``h = 2^bl`` on, of each row of ``buf``, in rounds of up to ``rnd``
+        stages: a round's tile (``tile`` adjacent columns of its ``2^R`` strided segments) goes
+        through all its stages, three at a time, while it is in cache."""
         m, n = buf.shape
         lev = bl
         while (1 << lev) < n:
             h0 = 1 << lev
             R = 1
-            while R < ROUND and (h0 << R) < n:
+            while R < rnd and (h0 << R) < n:
                 R += 1
             span = h0 << R
-            width = min(h0, TILE)
+            width = min(h0, tile)
             per = h0 // width
             tasks = (n // span) * per
             for t in numba.prange(m * tasks):

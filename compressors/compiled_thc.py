@@ -39,11 +39,11 @@ def rotate(x: torch.Tensor, den: torch.Tensor, sign_keys: torch.Tensor, n: int, 
     m = x.shape[0]
     signs, buf = torch.empty(m, n, dtype=x.dtype), torch.empty(m, n, dtype=x.dtype)
     kind = x.numpy().dtype.type
-    bl = min(compiled_fwht.BLOCK_LOG, (n - 1).bit_length())
+    p = compiled_fwht.plan(n, x.dtype)
     keys = sign_keys.contiguous().numpy().view(np.uint64)
     args = (x.numpy(), den.contiguous().numpy(), keys, kind(1.0))
-    launch(_fill, *args, signs.numpy(), buf.numpy(), bl)
-    launch(compiled_fwht._outer, buf.numpy(), bl)
+    launch(_fill, *args, signs.numpy(), buf.numpy(), p[0])
+    launch(compiled_fwht._outer, buf.numpy(), *p)
     own = compiled_dense.absmax(buf) / root  # max_j |y_j|: division is monotone
     return signs, buf, own
 
@@ -71,9 +71,9 @@ def decode(index, values, signs, scale, d: int, root: float, big: float) -> torc
     kind = signs.numpy().dtype.type
     m, n = signs.shape
     buf = torch.empty(m, n, dtype=signs.dtype)
-    bl = min(compiled_fwht.BLOCK_LOG, (n - 1).bit_length())
-    launch(_unpack, index.contiguous().numpy(), values.contiguous().numpy(), buf.numpy(), bl)
-    launch(compiled_fwht._outer, buf.numpy(), bl)
+    p = compiled_fwht.plan(n, signs.dtype)
+    launch(_unpack, index.contiguous().numpy(), values.contiguous().numpy(), buf.numpy(), p[0])
+    launch(compiled_fwht._outer, buf.numpy(), *p)
     out = torch.empty(m, d, dtype=signs.dtype)
     args = (buf.numpy(), signs.numpy(), kind(root), scale.contiguous().numpy(), kind(big))
     launch(_finish, *args, out.numpy())
