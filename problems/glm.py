@@ -595,7 +595,7 @@ class GLM(Problem):
 
     #: how :meth:`grad_points` computes: ``compiled`` (one pass of a compiled kernel over each
     #: node's rows for all points, where the kernels serve this loss), ``library`` (BLAS or
-    #: SciPy products with ``R`` right-hand sides) or ``auto`` (timed on the first call)
+    #: SciPy products with ``R`` right-hand sides) or ``auto`` (chosen on the first call)
     points_engine: str = "auto"
     #: the thread count of :meth:`grad_points` (chosen with :attr:`points_engine`: ``R``
     #: points are more work than one, and may want more threads than :attr:`threads`)
@@ -629,8 +629,8 @@ class GLM(Problem):
         node's ``f_i`` at each point. Equal to :meth:`grad` at each point up to rounding (the
         sums run in another order). The pass is a compiled kernel's (the innermost loops over
         the points) or, on a library engine, a BLAS/SciPy product with ``R`` right-hand sides:
-        :attr:`points_engine`, chosen by timing both on the first call (``auto``), with
-        :attr:`points_threads`."""
+        :attr:`points_engine` with :attr:`points_threads`, chosen on the first call (``auto``:
+        :meth:`_choose_points_engine`)."""
         P = P.to(self.device, self.dtype)
         if self.points_engine == "auto":
             self._choose_points_engine(P)
@@ -680,30 +680,24 @@ class GLM(Problem):
         return G.permute(2, 0, 1), None if Lm is None else Lm.T
 
     def _choose_points_engine(self, P: torch.Tensor) -> None:
-        """Time the compiled kernel and the library products on ``P`` (after one untimed call
-        of each, which compiles), each on one thread and on torch's count (unless ``threads``
-        was forced), and keep the fastest for this problem."""
-        import time
-
+        """The compiled kernel or the library products, each on one thread or on torch's
+        count (unless ``threads`` was forced), for ``R = len(P)`` points: the fastest, chosen
+        as the gradients' engine is (:func:`problems.glm_engine.choose`: timed in interleaved
+        rounds, memoised per machine and input when the machine was quiet)."""
         engines = ("compiled", "library") if self._compiled else ("library",)
         counts = [None]
         if self.device.type == "cpu":
             counts = glm_engine.thread_candidates(self._threads_opt)
         options = [(e, n) for e in engines for n in counts]
-        best = None
-        for engine, n in options:
+
+        def apply(engine: str, n: int | None):
             self.points_engine, self.points_threads = engine, n
-            if len(options) == 1:
-                return
-            self.grad_points(P)
-            took = []
-            for _ in range(3):
-                t0 = time.perf_counter()
-                self.grad_points(P)
-                took.append(time.perf_counter() - t0)
-            if best is None or min(took) < best[0]:
-                best = (min(took), engine, n)
-        self.points_engine, self.points_threads = best[1], best[2]
+            return lambda: self.grad_points(P)
+
+        key = (type(self).__name__, "points", P.shape[0], self.engine, str(self.dtype),
+               str(self.device), self._offsets64, self._A64.indptr, self._A64.indices,
+               self._A64.data)  # fmt: skip
+        self.points_engine, self.points_threads = glm_engine.choose(key, options, apply)
 
     def loss_grad_points(self, P: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``f`` ``(R,)`` and ``grad f`` ``(R, d)`` at each of ``R`` points ``(R, d)``, from one
