@@ -24,7 +24,9 @@ torch reads at import. The children stay in the sweep's process group, so signal
 stops them as it stops the sweep. The server itself ignores SIGINT and SIGTERM (a Ctrl-C or a
 scheduler's SIGTERM reaches the whole group): it waits for its child, which stops after its
 step with a checkpoint, and reports the child's exit status, and it ends when its stdin closes
-(the sweep is done, or gone). The child starts with Python's own handlers of both signals.
+(the sweep is done, or gone). Both signals are blocked across the fork, so the child, which
+inherits the ignored handlers, loses none: it installs the start-up guard of a command being
+started (a signal then exits 130 or 143 with one line, nothing run), then unblocks them.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ import os
 import signal
 import sys
 
+from streams import interrupts
+
 __all__ = ["serve"]
 
 READY = "ready"
@@ -43,14 +47,17 @@ READY = "ready"
 def _child(runner, req: dict) -> None:
     code = 70
     try:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        # The signals are blocked since the fork: one sent before the unblock below (the sweep
+        # may pass its signal on as soon as it reads the pid) waits, and then stops the child
+        # as the start-up guard of ``python -m algorithms.run`` would (exit 130 or 143).
+        interrupts.hold()
         null = os.open(os.devnull, os.O_RDWR)
         err = os.open(req["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(null, 0)
         os.dup2(null, 1)
         os.dup2(err, 2)
         logging.basicConfig(level=logging.WARNING)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, interrupts.SIGNALS)
         try:
             code = runner.run(list(req["argv"]))
         except SystemExit as e:
@@ -102,9 +109,13 @@ def serve(inp=None, out=None) -> int:
         if not line.strip():
             continue
         req = json.loads(line)
+        # Blocked across the fork: the child inherits the ignored handlers above until it
+        # installs its own, and a signal ignored then would be lost (the run would go on).
+        signal.pthread_sigmask(signal.SIG_BLOCK, interrupts.SIGNALS)
         pid = os.fork()
         if pid == 0:
             _child(runner, req)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, interrupts.SIGNALS)
         out.write(json.dumps({"pid": pid}) + "\n")
         out.flush()
         _, status = os.waitpid(pid, 0)

@@ -28,7 +28,9 @@ import sys
 import threading
 from collections.abc import Iterator
 
-__all__ = ["EXIT_SIGNAL", "SIGNALS", "Stopped", "guard", "guarding", "raising", "release"]
+__all__ = [
+    "EXIT_SIGNAL", "SIGNALS", "Stopped", "guard", "guarding", "hold", "raising", "release",
+]  # fmt: skip
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 # A process stopped by a signal exits 128 + the signal's number, as a shell reports it.
@@ -52,6 +54,17 @@ def guard() -> None:
     """
     if _state["on"] or sys.argv[:1] != ["-m"]:
         return
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for s in SIGNALS:
+        signal.signal(s, _stop)
+    _state["on"] = True
+
+
+def hold() -> None:
+    """Catch SIGINT/SIGTERM as the start-up guard does (one line, exit 130 or 143), whatever
+    ``sys.argv`` says: for a process that is to become a command without being started as one
+    (a child of the sweep's fork server). Main thread only; :func:`release` as for the guard."""
     if threading.current_thread() is not threading.main_thread():
         return
     for s in SIGNALS:

@@ -7,6 +7,7 @@ same 12 runs check both the resumption and the tables.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import math
@@ -354,3 +355,57 @@ def test_a_dead_fork_server_costs_only_a_subprocess(tmp_path):
         servers.give(again, alive=True)
     finally:
         servers.close()
+
+
+SLOW_CHILD = """
+import sys, time
+from experiments import zygote
+
+child = zygote._child
+
+
+def slow(runner, req):
+    time.sleep(1.0)  # a child not yet scheduled when the server names its pid
+    child(runner, req)
+
+
+zygote._child = slow
+sys.exit(zygote.serve())
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_sent_as_the_server_names_the_child_stops_it(tmp_path, signum):
+    """The sweep passes its signal on as soon as the fork server names a child's pid, which
+    may be before the child has replaced the handlers it inherits from the server (which
+    ignores both signals). Such a signal must still stop the run, as the start-up guard of a
+    command stops it (exit 130 or 143, one line, nothing run), not be lost while the run goes
+    on. The child here waits 1 s before its first instruction, so the signal always comes in
+    that window."""
+    from experiments.sweep_servers import _env
+
+    pid = None
+    server = subprocess.Popen(
+        [sys.executable, "-c", SLOW_CHILD], env=_env(), cwd=tmp_path, stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, text=True, bufsize=1,
+    )  # fmt: skip
+    try:
+        assert server.stdout.readline().strip() == "ready"
+        argv = ["ef21", "--compressor", "topk:k=2", "--nodes", "4", "--iters", "10000000",
+                "--quiet", "--out", str(tmp_path / "r")]  # fmt: skip
+        err = tmp_path / "stderr.txt"
+        server.stdin.write(json.dumps({"argv": argv, "stderr": str(err)}) + "\n")
+        server.stdin.flush()
+        pid = json.loads(server.stdout.readline())["pid"]
+        os.kill(pid, signum)
+        answer, _ = server.communicate(timeout=60)  # a lost signal: the run goes on, a timeout
+        assert json.loads(answer) == {"status": 128 + signum}
+        assert "while starting; nothing was run" in err.read_text()
+        assert not (tmp_path / "r").exists()
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
