@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from streams.compiled import launch, numba
+from streams.compiled import SERIAL_BELOW, launch, numba
 
 __all__ = ["ENABLED", "top_k"]
 
@@ -30,7 +30,11 @@ def top_k(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     m, _ = x.shape
     idx = torch.empty(m, k, dtype=torch.int64)
     val = torch.empty(m, k, dtype=x.dtype)
-    launch(_top_k, x.detach().contiguous().numpy(), k, idx.numpy(), val.numpy())
+    args = (x.detach().contiguous().numpy(), k, idx.numpy(), val.numpy())
+    if x.numel() < SERIAL_BELOW:  # one thread anyway: no launch (its lock and thread set-up)
+        _top_k_serial(*args)
+    else:
+        launch(_top_k, *args)
     return idx, val
 
 
@@ -99,6 +103,13 @@ if numba is not None:
                     room -= 1
                 idx[c], val[c] = j, row[j]
                 c += 1
+
+    @_jit
+    def _top_k_serial(x, k, idx, val):
+        """:func:`_top_k` on this thread: the same rows, one after the other."""
+        scratch = np.empty(x.shape[1], x.dtype)
+        for i in range(x.shape[0]):
+            _top_k_row(x[i], k, scratch, idx[i], val[i])
 
     @numba.njit(cache=True, nogil=True, parallel=True)
     def _top_k(x, k, idx, val):

@@ -204,6 +204,8 @@ class Streams:
         return self.keys.device
 
     def to(self, device) -> Streams:
+        if self.keys.device == torch.device(device):
+            return self  # already there (the common case): no new tensors, no checks
         return Streams(self.keys.to(device), self.nodes.to(device))
 
     def split(self, tag: int) -> Streams:
