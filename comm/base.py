@@ -19,7 +19,7 @@ import torch
 
 from comm.topology import Topology
 from compressors import Compressor, Packet
-from streams import Streams
+from streams import Streams, shared_uniform
 from streams.tags import DEFAULT
 from streams.tags import NODE as TAG_NODE
 from streams.tags import SERVER as TAG_SERVER
@@ -150,8 +150,7 @@ class Comm:
         """A Bernoulli(p) coin shared by every node and the server (MARINA's ``c_k``)."""
         if p >= 1.0:
             return True
-        u = Streams.shared(self.seed, 1, TAG_SERVER, tag, t).uniform(1)
-        return bool(u[0, 0] < p)
+        return shared_uniform(self.seed, TAG_SERVER, tag, t) < p
 
     def server_rng(self, t: int, tag: int = DEFAULT) -> Streams:
         """One stream for the server's own draws (e.g. downlink compression), the same on every

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from streams.compiled import SERIAL_BELOW, launch, numba
+from streams.compiled import launch, numba
 
 __all__ = ["ENABLED", "top_k"]
 
@@ -31,10 +31,7 @@ def top_k(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     idx = torch.empty(m, k, dtype=torch.int64)
     val = torch.empty(m, k, dtype=x.dtype)
     args = (x.detach().contiguous().numpy(), k, idx.numpy(), val.numpy())
-    if x.numel() < SERIAL_BELOW:  # one thread anyway: no launch (its lock and thread set-up)
-        _top_k_serial(*args)
-    else:
-        launch(_top_k, *args)
+    launch(_top_k, *args, serial=_top_k_serial)
     return idx, val
 
 

@@ -50,7 +50,7 @@ import torch  # noqa: E402
 from streams import compiled  # noqa: E402
 from streams.tags import NORMAL_ANGLE, NORMAL_RADIUS  # noqa: E402
 
-__all__ = ["Streams"]
+__all__ = ["Streams", "shared_uniform"]
 
 # SplitMix64 constants, written as signed int64 (torch has no uint64 arithmetic).
 _GOLDEN = 0x9E3779B97F4A7C15 - (1 << 64)
@@ -94,6 +94,14 @@ def _key_int(seed: int, tags: Sequence[int]) -> int:
     for tag in tags:
         key = _mix_int(key ^ _mix_int(_as_int64(tag) * g + g))
     return _as_int64(key)
+
+
+def shared_uniform(seed: int, *tags: int) -> float:
+    """``Streams.shared(seed, 1, *tags).uniform(1)[0, 0]`` as a Python float, computed on
+    Python integers (the same bits): a shared coin per step (MARINA's) costs a few integer
+    operations instead of building streams and launching a draw."""
+    z = (_key_int(seed, tags) + _GOLDEN) & _MASK
+    return (_mix_int(z) >> 11) * 2.0**-53
 
 
 def _derive(keys: torch.Tensor, tag: torch.Tensor | int) -> torch.Tensor:

@@ -115,6 +115,46 @@ def testcompiled_draws_equal_the_torch_form(dtype, monkeypatch):
         assert torch.equal(got, s.subset(d, k))
 
 
+def test_serial_twins_equal_the_parallel_kernels():
+    """Small draws skip the parallel launch for a one-thread twin of each kernel: the twin
+    and the parallel kernel give the same words, uniforms and subsets, and so do the public
+    draws above and below the size where the twin takes over."""
+    import numpy as np
+
+    from streams import compiled
+
+    if not compiled.ENABLED:
+        pytest.skip("numba is not installed")
+    keys = Streams.for_nodes(5, range(3000), 2).keys.numpy().view(np.uint64)
+    for shift, scale, dt in ((np.uint64(0), np.uint64(1), np.uint64),
+                             (np.uint64(11), 2.0**-53, np.float64)):  # fmt: skip
+        a, b = np.empty((3000, 17), dt), np.empty((3000, 17), dt)
+        compiled._draw(keys, shift, scale, a)
+        compiled._draw_serial(keys, shift, scale, b)
+        assert np.array_equal(a, b)
+    a, b = np.empty((3000, 12), np.int64), np.empty((3000, 12), np.int64)
+    compiled._subset(keys, 100, a)
+    compiled._subset_serial(keys, 100, b)
+    assert np.array_equal(a, b)
+    for rows in (20, 3000):  # below and above SERIAL_BELOW for 12 and 17 columns
+        s = Streams.for_nodes(9, range(rows), 1)
+        big = s.uniform(17)
+        small = torch.cat([s[i : i + 10].uniform(17) for i in range(0, rows, 10)])
+        assert torch.equal(big, small)
+        sets = torch.cat([s[i : i + 10].subset(100, 12) for i in range(0, rows, 10)])
+        assert torch.equal(s.subset(100, 12), sets)
+
+
+def test_a_shared_uniform_is_the_shared_streams_first_draw():
+    """:func:`streams.shared_uniform` (Python integers) equals the first uniform of
+    ``Streams.shared`` (MARINA's coin), for seeds and tags across the int64 range."""
+    from streams import shared_uniform
+
+    for seed, tags in [(0, ()), (1, (2, 3, 4)), (-(2**63), (2**63 - 1, 0)), (123, (-5, 7, 10**9))]:
+        want = float(Streams.shared(seed, 1, *tags).uniform(1)[0, 0])
+        assert shared_uniform(seed, *tags) == want
+
+
 def test_a_one_element_subset_is_the_top_word_as_before():
     """``subset(d, 1)`` takes the largest of the row's ``d`` words by ``argmax``: the index
     ``topk`` (the general path) gives, so no run's draws changed with the shortcut."""

@@ -34,3 +34,19 @@ def test_compiled_top_k_equals_the_torch_form(m, d, frac, levels, seed, dtype):
     want = top_k_indices(x.abs(), k)
     assert torch.equal(idx, want)
     assert torch.equal(values, torch.gather(x, 1, want))
+
+
+@pytest.mark.parametrize("k", [1, 7])
+def test_the_parallel_kernel_and_its_serial_twin_agree(k):
+    """Blocks of fewer than ``SERIAL_BELOW`` entries take the one-thread twin, larger ones the
+    parallel kernel (the test above only sees the twin): both equal the torch form."""
+    from streams.compiled import SERIAL_BELOW
+
+    gen = torch.Generator().manual_seed(k)
+    x = torch.randint(-3, 4, (200, 300), generator=gen).to(torch.float64)  # ties
+    assert x.numel() >= SERIAL_BELOW
+    idx, values = compiled.top_k(x, k)
+    want = top_k_indices(x.abs(), k)
+    assert torch.equal(idx, want) and torch.equal(values, torch.gather(x, 1, want))
+    small = [compiled.top_k(x[i : i + 50], k) for i in range(0, 200, 50)]
+    assert torch.equal(torch.cat([s[0] for s in small]), idx)

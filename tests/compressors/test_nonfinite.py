@@ -144,3 +144,27 @@ def test_ordinary_rows_decode_as_before_the_checks():
     qsgd = parse_spec("qsgd")
     q = encode(qsgd, x)
     assert torch.equal(q.fields["norm"], torch.linalg.vector_norm(x, dim=1))
+
+
+def test_the_compiled_finiteness_test_of_small_blocks():
+    """``streams.sc.all_finite`` (small CPU blocks, in place of a row sum's test) finds a
+    NaN or an infinity anywhere, and passes finite rows whose sum overflows; it declines what
+    it does not serve (large, non-contiguous or integer tensors)."""
+    from compressors.nonfinite import nonfinite_rows
+    from streams import compiled as sc
+
+    if not sc.ENABLED:
+        pytest.skip("numba is not installed")
+    for dtype in (torch.float32, torch.float64):
+        big = torch.finfo(dtype).max
+        x = torch.full((4, 9), big, dtype=dtype)  # each row's sum overflows; all finite
+        assert sc.all_finite(x) is True
+        assert nonfinite_rows(x) is None
+        for bad in (float("nan"), float("inf"), -float("inf")):
+            y = x.clone()
+            y[2, 5] = bad
+            assert sc.all_finite(y) is False
+            assert nonfinite_rows(y).tolist() == [False, False, True, False]
+    assert sc.all_finite(torch.zeros(200, 200)) is None
+    assert sc.all_finite(torch.zeros(4, 9).T) is None
+    assert sc.all_finite(torch.zeros(4, 9, dtype=torch.int64)) is None
