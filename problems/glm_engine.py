@@ -25,12 +25,14 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import logging
 import os
 import platform
 import statistics
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -58,7 +60,25 @@ DENSE_ANY_SIZE_ABOVE = 0.25
 BUDGET_S, MIN_CALLS, ROUNDS = 0.02, 3, 3
 #: A candidate whose first call takes this many times the best so far is dropped unmeasured.
 DROP_ABOVE = 4.0
-_VERSION = b"compzoo-engine-v3"
+_FORMAT = b"compzoo-engine-v3"
+
+
+#: The code whose speed the memo records: the compiled kernels, the GLM's library paths, this.
+CODE = tuple(Path(__file__).resolve().parent / n for n in ("glm_kernels.py", "glm.py",
+                                                             "glm_engine.py"))  # fmt: skip
+
+
+def code_version(files=CODE) -> bytes:
+    """The memo's version: its format and a digest of ``files``, so that a choice memoised
+    before the code changed (a faster kernel) is measured again rather than kept."""
+    h = hashlib.sha256(_FORMAT)
+    for f in files:
+        with contextlib.suppress(OSError):
+            h.update(Path(f).read_bytes())
+    return h.hexdigest().encode()
+
+
+_VERSION = code_version()
 #: A measurement is memoised only below this 1-minute load average per core (see :func:`choose`).
 QUIET_LOAD = 0.5
 # ... and other processes busy on less than this share of the CPUs during the measurement

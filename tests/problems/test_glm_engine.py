@@ -53,6 +53,25 @@ def test_auto_measures_once_then_reads_the_memo(monkeypatch):
         make_problem("logreg", **BIG)
 
 
+def test_a_change_to_the_timed_code_measures_again(monkeypatch, tmp_path):
+    """The memo's key holds a digest of the gradient code (glm_engine.CODE): a choice
+    memoised before a kernel changed is not read after it."""
+    monkeypatch.setattr(glm_engine, "load_per_core", lambda: 0.1)
+    monkeypatch.setattr(glm_engine, "busy_elsewhere", lambda since: 0.0)
+    make_problem("logreg", **BIG)  # measured now, or memoised before: either way, kept
+    monkeypatch.setattr(glm_engine, "measure", _refuse)
+    make_problem("logreg", **BIG)
+    assert set(glm_engine.CODE) >= {glm_engine.Path(glm.__file__).resolve()}
+    kernel = tmp_path / "glm_kernels.py"
+    kernel.write_text("# a kernel\n")
+    before = glm_engine.code_version((kernel,))
+    kernel.write_text("# a faster kernel\n")
+    assert glm_engine.code_version((kernel,)) != before
+    monkeypatch.setattr(glm_engine, "_VERSION", glm_engine.code_version((kernel,)))
+    with pytest.raises(AssertionError, match="measured although"):
+        make_problem("logreg", **BIG)
+
+
 def test_a_loaded_machine_measures_but_memoises_nothing(monkeypatch):
     calls = []
     fake = {("csr", 1): 3e-3, ("csr-scipy", 1): 1e-3}
