@@ -96,7 +96,7 @@ def all_finite(x: torch.Tensor) -> bool | None:
     tensor (fewer than ``SERIAL_BELOW`` entries), in one compiled loop that stops at the first
     NaN or infinity; None where it does not serve (the caller then uses torch)."""
     if (
-        numba is None or x.device.type != "cpu" or x.dtype not in (torch.float32, torch.float64)
+        not ENABLED or x.device.type != "cpu" or x.dtype not in (torch.float32, torch.float64)
         or x.numel() >= SERIAL_BELOW or not x.is_contiguous()
     ):  # fmt: skip
         return None
