@@ -137,24 +137,25 @@ if numba is not None:
         z = (z ^ (z >> np.uint64(27))) * _MIX2
         return z ^ (z >> np.uint64(31))
 
+    @_inline
+    def _draw_row(z, shift, scale, row):
+        """``row[c] = (mix(z + (c + 1) golden) >> shift) * scale``."""
+        for c in range(row.size):
+            z += _GOLDEN
+            row[c] = (_mix(z) >> shift) * scale
+
     @_pjit
     def _draw(keys, shift, scale, out):
         """``out[j, c] = (mix(keys[j] + (c + 1) golden) >> shift) * scale``: raw words
         (``shift = 0``, ``scale = 1``) or uniforms, by the types of ``scale`` and ``out``."""
         for j in numba.prange(keys.size):
-            z = keys[j]
-            for c in range(out.shape[1]):
-                z += _GOLDEN
-                out[j, c] = (_mix(z) >> shift) * scale
+            _draw_row(keys[j], shift, scale, out[j])
 
     @_jit
     def _draw_serial(keys, shift, scale, out):
         """:func:`_draw` on this thread."""
         for j in range(keys.size):
-            z = keys[j]
-            for c in range(out.shape[1]):
-                z += _GOLDEN
-                out[j, c] = (_mix(z) >> shift) * scale
+            _draw_row(keys[j], shift, scale, out[j])
 
     @_jit
     def _all_finite(a):

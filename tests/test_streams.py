@@ -136,13 +136,13 @@ def test_serial_twins_equal_the_parallel_kernels():
     compiled._subset(keys, 100, a)
     compiled._subset_serial(keys, 100, b)
     assert np.array_equal(a, b)
-    for rows in (20, 3000):  # below and above SERIAL_BELOW for 12 and 17 columns
-        s = Streams.for_nodes(9, range(rows), 1)
-        big = s.uniform(17)
-        small = torch.cat([s[i : i + 10].uniform(17) for i in range(0, rows, 10)])
-        assert torch.equal(big, small)
-        sets = torch.cat([s[i : i + 10].subset(100, 12) for i in range(0, rows, 10)])
-        assert torch.equal(s.subset(100, 12), sets)
+    # 3000 rows at once (the parallel draw; for subsets, torch.topk) against blocks of 10 (twins)
+    s = Streams.for_nodes(9, range(3000), 1)
+    assert s.uniform(17).numel() >= compiled.SERIAL_BELOW
+    small = torch.cat([s[i : i + 10].uniform(17) for i in range(0, 3000, 10)])
+    assert torch.equal(s.uniform(17), small)
+    sets = torch.cat([s[i : i + 10].subset(100, 12) for i in range(0, 3000, 10)])
+    assert torch.equal(s.subset(100, 12), sets)
 
 
 def test_a_shared_uniform_is_the_shared_streams_first_draw():
