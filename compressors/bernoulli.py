@@ -7,6 +7,7 @@ from typing import ClassVar
 
 import torch
 
+from compressors import compiled_dense
 from compressors.base import Compressor, Packet, check_float_bits
 from compressors.bitpack import BitReader, BitWriter
 from compressors.nonfinite import NONFINITE, mark_rows, nonfinite_rows, saturate
@@ -67,17 +68,26 @@ class Bernoulli(Compressor):
     def _encode(self, x_i: torch.Tensor, rng: Streams) -> Packet:
         d = x_i.shape[1]
         sent = rng.uniform(1, dtype=torch.float64)[:, 0] < self.p
-        values = torch.where(sent[:, None], x_i, 0.0)
+        if compiled_dense.serves(x_i):  # the same payload and flags in one pass
+            values, bad = compiled_dense.rows_or_zero(x_i, sent)
+            bad = bad if bool(bad.any()) else None
+        else:
+            values = torch.where(sent[:, None], x_i, 0.0)
+            bad = nonfinite_rows(x_i)
         nbits = 1 + sent.to(torch.int64) * (self.float_bits * d)
         fields = {"sent": sent, "values": values}
-        bad = nonfinite_rows(x_i)
         if bad is not None:
             fields[NONFINITE] = bad & ~sent  # a sent row carries its NaN or inf itself
         return self._packet(x_i, nbits, {"sent", "values"}, {"scale": 1.0 / self.p}, **fields)
 
     def _decode(self, packet: Packet) -> torch.Tensor:
         values = packet.fields["values"]
-        y = saturate(values * packet.meta["scale"], values, packet.dtype)
+        if compiled_dense.serves(values):  # the product and its finiteness test in one pass
+            y, finite = compiled_dense.scale_rows(values, packet.meta["scale"])
+            if not finite:
+                y = saturate(y, values, packet.dtype)
+        else:
+            y = saturate(values * packet.meta["scale"], values, packet.dtype)
         return mark_rows(y, packet.fields)
 
     def _write(self, packet: Packet, w: BitWriter) -> None:

@@ -1,5 +1,7 @@
 """Compiled CPU kernels of three deterministic-format compressors: hard threshold, rounding to
-a grid, 3LC's quantizer (see :mod:`streams.compiled`).
+a grid, 3LC's quantizer (see :mod:`streams.compiled`); and single passes that replace two or
+three torch passes elsewhere: SIDCo's per-row threshold, Bernoulli's copy-or-zero with its
+non-finite test and its scaling with the overflow test, scaled sign's ``|x|`` with the signs.
 
 Their torch forms take one whole-array pass per operation (abs, compare, negate, where, sum,
 casts to float64, cumulative maxima for the gaps of the Elias code, the quartic bytes and the
@@ -26,6 +28,10 @@ __all__ = [
     "threelc_decode",
     "threelc_encode",
     "threshold_encode",
+    "threshold_rows",
+    "rows_or_zero",
+    "scale_rows",
+    "abs_signs",
 ]
 
 ENABLED = numba is not None
@@ -74,6 +80,50 @@ def threshold_encode(x: torch.Tensor, lam: float):
     part = torch.empty(x.shape[0], _tasks(x.shape[1], CHUNK), dtype=torch.int64)
     launch(_threshold, x.numpy(), kind(lam), keep.numpy(), values.numpy(), part.numpy())
     return keep, values, part.sum(dim=1)
+
+
+def threshold_rows(x: torch.Tensor, t: torch.Tensor):
+    """:func:`threshold_encode` with a threshold per row, ``t`` ``(m,)`` float64: ``keep = not
+    |x| < t`` compared in float64 (every float32 or float64 ``|x_j|`` is exact there; a NaN
+    threshold keeps the whole row)."""
+    x = x.detach().contiguous()
+    keep = torch.empty(x.shape, dtype=torch.bool)
+    values = torch.empty_like(x)
+    part = torch.empty(x.shape[0], _tasks(x.shape[1], CHUNK), dtype=torch.int64)
+    t = t.detach().to(torch.float64).contiguous()
+    zero = x.numpy().dtype.type(0)
+    launch(_threshold_rows, x.numpy(), t.numpy(), zero, keep.numpy(), values.numpy(), part.numpy())
+    return keep, values, part.sum(dim=1)
+
+
+def rows_or_zero(x: torch.Tensor, sent: torch.Tensor):
+    """``where(sent[:, None], x, 0)`` and, per row, whether ``x`` holds a NaN or an infinity,
+    in one pass (``sent`` ``(m,)`` bool)."""
+    x = x.detach().contiguous()
+    values = torch.empty_like(x)
+    part = torch.empty(x.shape[0], _tasks(x.shape[1], CHUNK), dtype=torch.bool)
+    zero = x.numpy().dtype.type(0)
+    launch(_rows_or_zero, x.numpy(), sent.contiguous().numpy(), zero, values.numpy(), part.numpy())
+    return values, part.any(dim=1)
+
+
+def scale_rows(x: torch.Tensor, c: float):
+    """``x * c`` (``c`` rounded to ``x``'s dtype first, as torch does with a Python number)
+    and whether every product is finite, in one pass."""
+    x = x.detach().contiguous()
+    out = torch.empty_like(x)
+    part = torch.empty(x.shape[0], _tasks(x.shape[1], CHUNK), dtype=torch.bool)
+    launch(_scale_rows, x.numpy(), x.numpy().dtype.type(c), out.numpy(), part.numpy())
+    return out, not bool(part.any())
+
+
+def abs_signs(x: torch.Tensor):
+    """``|x|`` and ``x < 0`` in one pass."""
+    x = x.detach().contiguous()
+    a = torch.empty_like(x)
+    neg = torch.empty(x.shape, dtype=torch.bool)
+    launch(_abs_signs, x.numpy(), a.numpy(), neg.numpy())
+    return a, neg
 
 
 def round_encode(x: torch.Tensor, h: float, keys, random: bool, escape: int):
@@ -205,6 +255,75 @@ if numba is not None:
                 vr[i] = zero if small else v
                 cnt += not small
             part[r, t % tasks] = cnt
+
+    @_pjit
+    def _threshold_rows(x, t, zero, keep, values, part):
+        m, d = x.shape
+        tasks = part.shape[1]
+        for task in numba.prange(m * tasks):
+            r, c0 = task // tasks, (task % tasks) * CHUNK
+            c1 = min(d, c0 + CHUNK)
+            xr, kr, vr = x[r, c0:c1], keep[r, c0:c1], values[r, c0:c1]
+            lam = t[r]
+            cnt = 0
+            for i in range(xr.size):
+                v = xr[i]
+                small = np.float64(abs(v)) < lam
+                kr[i] = not small
+                vr[i] = zero if small else v
+                cnt += not small
+            part[r, task % tasks] = cnt
+
+    @_pjit
+    def _rows_or_zero(x, sent, zero, values, part):
+        m, d = x.shape
+        tasks = part.shape[1]
+        for task in numba.prange(m * tasks):
+            r, c0 = task // tasks, (task % tasks) * CHUNK
+            c1 = min(d, c0 + CHUNK)
+            xr, vr = x[r, c0:c1], values[r, c0:c1]
+            bad = False
+            if sent[r]:
+                for i in range(xr.size):
+                    v = xr[i]
+                    vr[i] = v
+                    w = v - v  # NaN for a NaN or an infinity, else 0
+                    bad |= w != w
+            else:
+                for i in range(xr.size):
+                    vr[i] = zero
+                    w = xr[i] - xr[i]
+                    bad |= w != w
+            part[r, task % tasks] = bad
+
+    @_pjit
+    def _scale_rows(x, c, out, part):
+        m, d = x.shape
+        tasks = part.shape[1]
+        for task in numba.prange(m * tasks):
+            r, c0 = task // tasks, (task % tasks) * CHUNK
+            c1 = min(d, c0 + CHUNK)
+            xr, orow = x[r, c0:c1], out[r, c0:c1]
+            bad = False
+            for i in range(xr.size):
+                y = xr[i] * c
+                orow[i] = y
+                w = y - y
+                bad |= w != w
+            part[r, task % tasks] = bad
+
+    @_pjit
+    def _abs_signs(x, a, neg):
+        m, d = x.shape
+        tasks = (d + CHUNK - 1) // CHUNK
+        for task in numba.prange(m * tasks):
+            r, c0 = task // tasks, (task % tasks) * CHUNK
+            c1 = min(d, c0 + CHUNK)
+            xr, ar, nr = x[r, c0:c1], a[r, c0:c1], neg[r, c0:c1]
+            for i in range(xr.size):
+                v = xr[i]
+                ar[i] = abs(v)
+                nr[i] = v < 0
 
     @_pjit
     def _round(x, h, keys, random, escape, levels, esc, raw, summary):

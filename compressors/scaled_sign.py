@@ -7,7 +7,7 @@ from typing import ClassVar
 
 import torch
 
-from compressors import compiled_quant
+from compressors import compiled_dense, compiled_quant
 from compressors.base import Compressor, Packet, check_float_bits, work_dtype
 from compressors.bitpack import BitReader, BitWriter
 from streams import Streams
@@ -54,7 +54,10 @@ class ScaledSign(Compressor):
 
     def _encode(self, x_i: torch.Tensor, rng: Streams) -> Packet:
         x = x_i.to(work_dtype(x_i.dtype))
-        a = x.abs()
+        if compiled_dense.serves(x):  # |x| and the signs in one pass
+            a, signs = compiled_dense.abs_signs(x)
+        else:
+            a, signs = x.abs(), x < 0
         scale = a.sum(dim=1) / x.shape[1]
         over = ~torch.isfinite(scale)  # an entry is not finite, or finite ones overflow the sum
         if bool(over.any()):
@@ -62,7 +65,7 @@ class ScaledSign(Compressor):
             mean = top * (a[over] / top[:, None]).mean(dim=1)  # NaN if an entry is not finite
             scale[over] = torch.where(torch.isfinite(top), mean, torch.nan)
         return self._packet(
-            x_i, self.bits(x.shape[1]), {"scale", "signs"}, scale=scale, signs=x < 0
+            x_i, self.bits(x.shape[1]), {"scale", "signs"}, scale=scale, signs=signs
         )
 
     def _decode(self, packet: Packet) -> torch.Tensor:

@@ -8,6 +8,7 @@ from typing import ClassVar
 
 import torch
 
+from compressors import compiled_dense
 from compressors.base import Compressor, Packet, check_float_bits
 from compressors.threshold import INDEX_CODES, Threshold
 from streams import Streams
@@ -92,7 +93,26 @@ class SIDCo(Compressor):
 
     def thresholds(self, x_i: torch.Tensor) -> torch.Tensor:
         """Each row's fitted threshold, ``(m,)`` float64 (NaN for a row with a NaN or inf)."""
+        if self._one_pass_fit(x_i):
+            return self._exp_threshold(x_i)
         return self._fit(x_i)[0]
+
+    def _one_pass_fit(self, x_i: torch.Tensor) -> bool:
+        """Whether the fit needs only ``sum_j |x_j|`` per row (one exponential stage, the
+        default) and the compiled threshold kernel serves ``x_i``: then no float64 copy of
+        ``|x|`` is made."""
+        return self.stages == 1 and self.dist == "exp" and compiled_dense.serves(x_i)
+
+    def _exp_threshold(self, x_i: torch.Tensor) -> torch.Tensor:
+        """:meth:`_fit`'s threshold of one exponential stage, the same numbers: ``sum |x_j|``
+        accumulated in float64 (torch sums a float32 row into a float64 result in the order it
+        sums the row's float64 copy) and the same operations on ``(m,)`` vectors after it."""
+        m, d = x_i.shape
+        s = x_i.abs().sum(dim=1, dtype=torch.float64)
+        count = torch.full((m,), d, dtype=torch.int64, device=x_i.device)
+        mean = s / count.clamp(min=1).to(torch.float64)
+        t = torch.zeros(m, dtype=torch.float64, device=x_i.device)
+        return torch.where(count > 0, t + mean * math.log(1.0 / self.ratio), t)
 
     def _fit(self, x_i: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The thresholds and ``|x|`` in float64 (which :meth:`_encode` compares with them)."""
@@ -128,8 +148,13 @@ class SIDCo(Compressor):
         return t, a
 
     def _encode(self, x_i: torch.Tensor, rng: Streams) -> Packet:
-        t, a = self._fit(x_i)
-        keep = torch.lt(a, t.to(a.device)[:, None]).logical_not_()
-        values = torch.where(keep, x_i, torch.zeros((), dtype=x_i.dtype, device=x_i.device))
-        nbits = self.row_bits(keep.sum(dim=1), x_i.shape[1])
+        if self._one_pass_fit(x_i):  # the same payload from two passes over x
+            t = self._exp_threshold(x_i)
+            keep, values, nnz = compiled_dense.threshold_rows(x_i, t)
+        else:
+            t, a = self._fit(x_i)
+            keep = torch.lt(a, t.to(a.device)[:, None]).logical_not_()
+            values = torch.where(keep, x_i, torch.zeros((), dtype=x_i.dtype, device=x_i.device))
+            nnz = keep.sum(dim=1)
+        nbits = self.row_bits(nnz, x_i.shape[1])
         return self._packet(x_i, nbits, {"keep", "values"}, keep=keep, values=values)

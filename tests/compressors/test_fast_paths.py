@@ -3,7 +3,8 @@ transform and the compiled kernels of :mod:`compressors.compiled_fwht` and
 :mod:`compressors.compiled_dense`) give exactly what plain NumPy versions of the docstrings'
 formulas give, written here one operation at a time in the same precision, and what the torch
 forms (kernels switched off) give: every payload field, the bits and the decoded rows, bit for
-bit. Row lengths cross the kernels' chunk edges, where the Elias gaps are joined.
+bit. Row lengths cross the kernels' chunk edges, where the Elias gaps are joined. SIDCo's,
+Bernoulli's and scaled sign's one-pass kernels are held to their torch forms the same way.
 
 The transform is checked against the matrix ``H`` itself: exactly on integer vectors (every
 sum exact), to 1e-12 on float64 ones, where the matrix sums each entry left to right and the
@@ -20,8 +21,11 @@ import torch
 
 from comm import SimulatedComm
 from compressors import compiled_dense, compiled_fwht
+from compressors.bernoulli import Bernoulli
 from compressors.fosgd import FOSGD, _dither_streams, fwht, padded_dim
 from compressors.grid_round import GridRound
+from compressors.scaled_sign import ScaledSign
+from compressors.sidco import SIDCo
 from compressors.threelc import ZERO_BYTE, ThreeLC
 from compressors.threshold import Threshold
 from streams import Streams, tags
@@ -355,6 +359,12 @@ def _special(m: int, d: int, dtype, seed: int) -> list[torch.Tensor]:
         ThreeLC(s=1.75),
         Threshold(),
         Threshold(lam=0.05, index="auto"),
+        SIDCo(),
+        SIDCo(ratio=0.2, index="auto"),
+        Bernoulli(),
+        Bernoulli(p=0.1),
+        Bernoulli(p=1.0),
+        ScaledSign(),
     ],
 )
 def test_same_as_torch_form(spec):

@@ -4,11 +4,13 @@ paper's claim), the multi-stage fit repairs a misfit, and what is kept is the la
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
 from comm import SimulatedComm
-from compressors import parse_spec
+from compressors import compiled_dense, parse_spec
 
 D = 100_000
 
@@ -54,3 +56,39 @@ def test_bad_parameters_are_refused():
                           ("sidco:stages=0", "stages must be")):  # fmt: skip
         with pytest.raises(ValueError, match=message):
             parse_spec(spec)
+
+
+@pytest.mark.skipif(not compiled_dense.ENABLED, reason="numba is not installed")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_one_pass_form_gives_the_torch_forms_payload(dtype, monkeypatch):
+    """The default fit (one exponential stage) from ``sum |x_j|`` and the compiled per-row
+    threshold give what the float64 copy of ``|x|`` and torch's comparisons give, bit for bit:
+    rows crossing the kernel's chunk edges, entries at the threshold and a ulp below it, NaN,
+    inf, zero and huge rows."""
+    monkeypatch.setattr(compiled_dense, "FAST_FROM", 0)
+    C = parse_spec("sidco:ratio=0.05")
+    g = torch.Generator().manual_seed(1)
+    for m, d in [(1, 7), (3, 1000), (2, 2 * compiled_dense.CHUNK + 5)]:
+        x = (torch.randn(m, d, generator=g, dtype=torch.float64) * 3).to(dtype)
+        x[0, 3] = math.nan if m > 1 else x[0, 3]
+        x[-1, :2] = torch.finfo(dtype).max / 2
+        t = C.thresholds(x)
+        if m > 1:
+            x[1, 0] = t[1].to(dtype)  # at (or rounded about) its row's threshold
+            x[1, 1] = -torch.nextafter(t[1], torch.zeros(())).to(dtype)
+        cases = [x, torch.zeros(m, d, dtype=dtype), torch.full((m, d), math.inf, dtype=dtype)]
+        for y in cases:
+            fast = C.encode(y, 0)
+            t_fast = C.thresholds(y)
+            monkeypatch.setattr(compiled_dense, "ENABLED", False)
+            slow = C.encode(y, 0)
+            t_slow = C.thresholds(y)
+            monkeypatch.setattr(compiled_dense, "ENABLED", True)
+            assert torch.equal(t_fast.view(torch.int64), t_slow.view(torch.int64))
+            assert torch.equal(fast.fields["keep"], slow.fields["keep"]), (dtype, m, d)
+            fv, sv = fast.fields["values"], slow.fields["values"]
+            assert fv.dtype == sv.dtype == dtype
+            bits = {torch.float32: torch.int32, torch.float64: torch.int64}[dtype]
+            assert torch.equal(fv.view(bits), sv.view(bits)), (dtype, m, d)
+            assert torch.equal(fast.nbits, slow.nbits)
+            assert torch.equal(C.decode(fast).view(bits), C.decode(slow).view(bits))
