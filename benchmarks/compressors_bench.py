@@ -6,8 +6,9 @@ hand-written version could not avoid:
 
 * Top-K: ``torch.topk`` of ``|x|`` plus a gather and a scatter into zeros;
 * Rand-K, Perm-K, scaled Rand-K: ``randperm`` / ``index_select`` plus a scatter;
-* the stochastic quantizers (natural, QSGD, natural dithering, TernGrad), which draw one
-  uniform per entry: that draw, ``Streams.uniform(N)`` in float32, or a plain copy if slower;
+* the stochastic quantizers that draw one uniform per entry (natural, QSGD, natural dithering,
+  TernGrad, and SSQ, MSQ, sparse dithering and GenNorm, whose quantizers are stochastic
+  rounding too): that draw, ``Streams.uniform(N)`` in float32, or a plain copy if slower;
 * count sketch: its hashes drawn (``randint`` of buckets and signs per hash row), the table
   summed (``scatter_add``) and the estimate read back (``gather``), as one would write it in
   torch;
@@ -41,7 +42,9 @@ __all__ = ["run", "SIZES", "QUICK_SIZES", "table"]
 SIZES = (10**6, 25 * 10**6)
 QUICK_SIZES = (10**6,)  # at 2.5 * 10^7 some quantizers take 10-20 s a call on 2 cores
 SKIP = ("compose",)  # a container of other compressors: measured through its parts
-DRAWS = ("natural", "qsgd", "natural-dithering", "terngrad")  # one uniform per entry
+# one uniform per entry, in the row's dtype
+DRAWS = ("natural", "qsgd", "natural-dithering", "terngrad", "ssq", "msq", "sparse-dithering")
+DRAWS += ("gennorm",)
 TARGET_COPY = 3.0  # x a copy of the row
 TARGET_RATIO = 2.0  # x the bound, where the bound is a draw or a primitive
 

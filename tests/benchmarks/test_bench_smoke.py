@@ -198,3 +198,20 @@ def test_baselines_follow_the_methods_maths():
     base = baselines.dasha_randk(An, bn, x0, a.gamma, d, a._a(d), lam, T)
     np.testing.assert_allclose(x, base, atol=1e-14)
     assert np.abs(x).max() > 0.1  # the iterates moved: the comparison is not of zeros
+
+
+def test_only_randomized_compressors_are_bounded_by_a_draw():
+    """A compressor held to the uniform draw (not to a copy) must draw: each one the benchmark
+    lists is randomized, and every deterministic compressor is held to a copy."""
+    from benchmarks import compressors_bench
+    from compressors.registry import COMPRESSORS
+
+    x = torch.ones(1, 8)
+    for name in compressors_bench.DRAWS:
+        assert COMPRESSORS[name]().deterministic is False, name
+        bound, _ = compressors_bench._primitive(name, x, 1, torch.Generator())
+        assert bound == "uniform draw"
+    for name, cls in COMPRESSORS.items():
+        if name not in compressors_bench.SKIP and cls().deterministic is True:
+            bound, _ = compressors_bench._primitive(name, x, 1, torch.Generator())
+            assert bound in ("copy", "torch.topk+scatter"), name
