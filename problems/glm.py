@@ -235,7 +235,7 @@ class GLM(Problem):
             engine = "dense-torch"  # NumPy's BLAS: CPU float32/float64 arrays only
         self._numpy = engine == "dense-numpy"
         self.dense = engine in ("dense", "dense-torch", "dense-numpy")
-        self._points = self._points_k = None
+        self._points = self._points_k = self._points_t = None
         self._kernels = engine in ("dense", "csr")
         self._scipy = {"csr-scipy": "csr", "csc-scipy": "csc"}.get(engine)
         if self.dense and self._Ad is None:
@@ -360,6 +360,7 @@ class GLM(Problem):
         self._points = None  # the products with many right-hand sides (grad_points), built once
         self._np = None  # dense-numpy: the held rows as a padded (m, c, d) NumPy stack
         self._points_k = None  # the compiled kernels' data for grad_points on a library engine
+        self._points_t = None  # _points' sparse matrices as torch's CSR (torch-sparse, on a CPU)
         self._krows = torch.from_numpy(rows.astype(np.int64))
         self._ptr = torch.from_numpy(np.concatenate([[0], np.cumsum(counts)]).astype(np.int64))
         if self._kernels:  # the kernels read the held rows in place: no copy of the data
@@ -595,7 +596,9 @@ class GLM(Problem):
 
     #: how :meth:`grad_points` computes: ``compiled`` (one pass of a compiled kernel over each
     #: node's rows for all points, where the kernels serve this loss), ``library`` (BLAS or
-    #: SciPy products with ``R`` right-hand sides) or ``auto`` (chosen on the first call)
+    #: SciPy products with ``R`` right-hand sides), ``torch-sparse`` (the same sparse products
+    #: by torch's CSR tensors, on the CPU as on a GPU; sparse layouts only) or ``auto`` (chosen
+    #: on the first call)
     points_engine: str = "auto"
     #: the thread count of :meth:`grad_points` (chosen with :attr:`points_engine`: ``R``
     #: points are more work than one, and may want more threads than :attr:`threads`)
@@ -608,6 +611,16 @@ class GLM(Problem):
         the dense rows where the engine is dense, else the CSR rows."""
         csr = (self._crow, self._col, self._val)
         return glm_kernels.pack(self._Ad if self.dense else None, csr, self.d)
+
+    def _points_products(self) -> dict[str, Any]:
+        """:meth:`_points_data`, its sparse matrices as torch's CSR where the engine is
+        ``torch-sparse`` (built once)."""
+        data = self._points_data()
+        if self.points_engine != "torch-sparse" or self.device.type != "cpu":
+            return data
+        if self._points_t is None:
+            self._points_t = _on_device(data, self.dtype, self.device)
+        return self._points_t
 
     def _sparse_product(self, M: sp.csr_matrix, Y: torch.Tensor) -> torch.Tensor:
         """``M @ Y`` for a SciPy CSR ``M`` and a CPU tensor ``Y`` ``(k, R)`` (or torch's sparse
@@ -660,7 +673,7 @@ class GLM(Problem):
         self, P: torch.Tensor, with_loss: bool
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         R, m, d = P.shape[0], self.m, self.d
-        data = self._points_data()
+        data = self._points_products()
         if data["X3"] is not None:
             X3 = data["X3"]
             Z = torch.matmul(X3, P.T)  # (m, c, R)
@@ -680,11 +693,14 @@ class GLM(Problem):
         return G.permute(2, 0, 1), None if Lm is None else Lm.T
 
     def _choose_points_engine(self, P: torch.Tensor) -> None:
-        """The compiled kernel or the library products, each on one thread or on torch's
-        count (unless ``threads`` was forced), for ``R = len(P)`` points: the fastest, chosen
+        """The compiled kernel, the library products or (sparse layouts on a CPU) torch's sparse
+        products, each on one thread or on torch's count (unless ``threads`` was forced), for
+        ``R = len(P)`` points: the fastest, chosen
         as the gradients' engine is (:func:`problems.glm_engine.choose`: timed in interleaved
         rounds, memoised per machine and input when the machine was quiet)."""
         engines = ("compiled", "library") if self._compiled else ("library",)
+        if self.device.type == "cpu" and self._points_data()["X3"] is None:
+            engines += ("torch-sparse",)  # sparse products: SciPy's or torch's, by measurement
         counts = [None]
         if self.device.type == "cpu":
             counts = glm_engine.thread_candidates(self._threads_opt)
@@ -709,7 +725,7 @@ class GLM(Problem):
 
     def _loss_grad_points(self, P: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         P = P.to(self.device, self.dtype)
-        data = self._points_data()
+        data = self._points_products()
         b, w = self._b[:, None], self._w[:, None]
         if self.dense:
             Z = self._Ad @ P.T

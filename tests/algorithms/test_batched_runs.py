@@ -22,6 +22,7 @@ import sys
 import numpy as np
 import pandas as pd
 import pytest
+import scipy.sparse as sp
 import torch
 
 from algorithms.batching import for_runs
@@ -215,15 +216,17 @@ def test_grad_points_equals_the_gradients_at_each_point():
     p = make_problem("logreg-nonconvex", dataset="synthetic", nodes=5, samples=500, features=20,
                      density=0.4)  # fmt: skip
     P = torch.randn(7, p.d, dtype=torch.float64) * 0.3
-    for engine in ("compiled", "library"):
+    for engine in ("compiled", "library", "torch-sparse"):
         p.points_engine = engine
         G, L = p.grad_points(P, with_loss=True)
         torch.testing.assert_close(G, torch.stack([p.grad(x) for x in P]), rtol=1e-12, atol=1e-14)
         torch.testing.assert_close(L.mean(1), torch.stack([p.loss(x) for x in P]), rtol=1e-12,
                                    atol=1e-14)  # fmt: skip
-    f, g = p.loss_grad_points(P)
-    torch.testing.assert_close(g, torch.stack([p.full_grad(x) for x in P]), rtol=1e-12,
-                               atol=1e-14)  # fmt: skip
+        f, g = p.loss_grad_points(P)
+        torch.testing.assert_close(f, torch.stack([p.loss(x) for x in P]), rtol=1e-12,
+                                   atol=1e-14)  # fmt: skip
+        torch.testing.assert_close(g, torch.stack([p.full_grad(x) for x in P]), rtol=1e-12,
+                                   atol=1e-14)  # fmt: skip
 
 
 @pytest.mark.parametrize("samples", [500, 503])
@@ -266,7 +269,8 @@ def test_grad_points_choose_their_engine_and_thread_count():
         p = make_problem("logreg-nonconvex", dataset="synthetic", nodes=5, samples=500,
                          features=20, density=0.4, threads=threads)  # fmt: skip
         p.grad_points(P)
-        assert p.points_engine in ("compiled", "library") and p.points_threads in allowed
+        assert p.points_engine in ("compiled", "library", "torch-sparse")
+        assert p.points_threads in allowed
 
 
 def test_grad_points_through_torch_sparse_products_as_on_a_gpu():
@@ -287,3 +291,11 @@ def test_grad_points_through_torch_sparse_products_as_on_a_gpu():
     f2, g2 = p.loss_grad_points(P)
     for a, b in ((G, G2), (L, L2), (f, f2), (g, g2)):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-14)
+    # the CPU's torch-sparse engine takes the same products: the same numbers, bit for bit
+    p._points = scipy_data
+    p.points_engine = "torch-sparse"
+    G3, L3 = p.grad_points(P, with_loss=True)
+    f3, g3 = p.loss_grad_points(P)
+    assert p._points_t["Bt"].layout == torch.sparse_csr and sp.issparse(p._points["Bt"])
+    for a, b in ((G2, G3), (L2, L3), (f2, f3), (g2, g3)):
+        assert torch.equal(a, b)
