@@ -39,6 +39,35 @@ os.environ.setdefault("GOMP_SPINCOUNT", "10000")
 # is set here, before any); a value the user set is kept (0 turns it off).
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
+
+def _reuse_freed_memory() -> None:
+    """Keep freed heap memory for the next tensor instead of returning it to the kernel.
+
+    glibc maps an allocation above its mmap threshold afresh and unmaps it when freed, and
+    returns the heap's free top above its trim threshold; both thresholds start small and grow
+    only with what has been freed, so a step's temporaries of a few MB (a batch's ``R``
+    margins, say) can be mapped and faulted in again at every step, 2 MiB huge pages included.
+    Measured on w8a, 12 points, with torch's huge-page allocations (above): the margins'
+    product 5.9 ms and the loss derivative 4.1 ms per call with glibc's defaults, 1.1 and
+    0.7 ms with these thresholds fixed (the batch's step 9.4-11.6 ms against 4.3-4.5 ms); a
+    64 MiB tensor freed and made again faulted 545 pages in, and none with them. Results are
+    unchanged; a process keeps its peak heap.
+    Linux with glibc only; thresholds the user set through ``MALLOC_MMAP_THRESHOLD_`` or
+    ``MALLOC_TRIM_THRESHOLD_`` are kept."""
+    if "MALLOC_MMAP_THRESHOLD_" in os.environ or "MALLOC_TRIM_THRESHOLD_" in os.environ:
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(-3, 1 << 28)  # M_MMAP_THRESHOLD: 256 MiB
+        libc.mallopt(-1, 1 << 30)  # M_TRIM_THRESHOLD: 1 GiB
+    except (OSError, AttributeError):  # not glibc: its allocator's own policy stands
+        pass
+
+
+_reuse_freed_memory()
+
 # A command started with ``python -m`` stops cleanly on SIGINT/SIGTERM from here on, while the
 # imports below take their second or two (streams.interrupts).
 from streams import interrupts  # noqa: E402
