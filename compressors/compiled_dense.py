@@ -74,12 +74,9 @@ def threshold_encode(x: torch.Tensor, lam: float):
     """``keep = not |x| < lam`` (``lam`` in ``x``'s dtype), ``values = where(keep, x, 0)`` and
     the number kept per row."""
     x = x.detach().contiguous()
-    kind = x.numpy().dtype.type
-    keep = torch.empty(x.shape, dtype=torch.bool)
-    values = torch.empty_like(x)
-    part = torch.empty(x.shape[0], _tasks(x.shape[1], CHUNK), dtype=torch.int64)
-    launch(_threshold, x.numpy(), kind(lam), keep.numpy(), values.numpy(), part.numpy())
-    return keep, values, part.sum(dim=1)
+    # lam rounded to x's dtype, then widened (exactly): the same comparisons in float64
+    lam = float(x.numpy().dtype.type(lam))
+    return threshold_rows(x, torch.full((x.shape[0],), lam, dtype=torch.float64))
 
 
 def threshold_rows(x: torch.Tensor, t: torch.Tensor):
@@ -238,31 +235,18 @@ if numba is not None:
                 top = max(top, xr[i] & mask)
             part[r, t % tasks] = top
 
-    @_pjit
-    def _threshold(x, lam, keep, values, part):
-        m, d = x.shape
-        tasks = part.shape[1]
-        zero = lam - lam
-        for t in numba.prange(m * tasks):
-            r, c0 = t // tasks, (t % tasks) * CHUNK
-            c1 = min(d, c0 + CHUNK)
-            xr, kr, vr = x[r, c0:c1], keep[r, c0:c1], values[r, c0:c1]
-            cnt = 0
-            for i in range(xr.size):
-                v = xr[i]
-                small = abs(v) < lam
-                kr[i] = not small
-                vr[i] = zero if small else v
-                cnt += not small
-            part[r, t % tasks] = cnt
+    @_inline
+    def _span(task, tasks, d):
+        """Task ``task``'s row and columns ``[c0, c1)`` (``tasks`` chunks of ``CHUNK`` a row)."""
+        c0 = (task % tasks) * CHUNK
+        return task // tasks, c0, min(d, c0 + CHUNK)
 
     @_pjit
     def _threshold_rows(x, t, zero, keep, values, part):
         m, d = x.shape
         tasks = part.shape[1]
         for task in numba.prange(m * tasks):
-            r, c0 = task // tasks, (task % tasks) * CHUNK
-            c1 = min(d, c0 + CHUNK)
+            r, c0, c1 = _span(task, tasks, d)
             xr, kr, vr = x[r, c0:c1], keep[r, c0:c1], values[r, c0:c1]
             lam = t[r]
             cnt = 0
@@ -279,8 +263,7 @@ if numba is not None:
         m, d = x.shape
         tasks = part.shape[1]
         for task in numba.prange(m * tasks):
-            r, c0 = task // tasks, (task % tasks) * CHUNK
-            c1 = min(d, c0 + CHUNK)
+            r, c0, c1 = _span(task, tasks, d)
             xr, vr = x[r, c0:c1], values[r, c0:c1]
             bad = False
             if sent[r]:
@@ -301,8 +284,7 @@ if numba is not None:
         m, d = x.shape
         tasks = part.shape[1]
         for task in numba.prange(m * tasks):
-            r, c0 = task // tasks, (task % tasks) * CHUNK
-            c1 = min(d, c0 + CHUNK)
+            r, c0, c1 = _span(task, tasks, d)
             xr, orow = x[r, c0:c1], out[r, c0:c1]
             bad = False
             for i in range(xr.size):
@@ -317,8 +299,7 @@ if numba is not None:
         m, d = x.shape
         tasks = (d + CHUNK - 1) // CHUNK
         for task in numba.prange(m * tasks):
-            r, c0 = task // tasks, (task % tasks) * CHUNK
-            c1 = min(d, c0 + CHUNK)
+            r, c0, c1 = _span(task, tasks, d)
             xr, ar, nr = x[r, c0:c1], a[r, c0:c1], neg[r, c0:c1]
             for i in range(xr.size):
                 v = xr[i]
