@@ -93,9 +93,7 @@ class SIDCo(Compressor):
 
     def thresholds(self, x_i: torch.Tensor) -> torch.Tensor:
         """Each row's fitted threshold, ``(m,)`` float64 (NaN for a row with a NaN or inf)."""
-        if self._one_pass_fit(x_i):
-            return self._exp_threshold(x_i)
-        return self._fit(x_i)[0]
+        return self._fit(x_i, keep_abs=not self._one_pass_fit(x_i))[0]
 
     def _one_pass_fit(self, x_i: torch.Tensor) -> bool:
         """Whether the fit needs only ``sum_j |x_j|`` per row (one exponential stage, the
@@ -103,34 +101,32 @@ class SIDCo(Compressor):
         ``|x|`` is made."""
         return self.stages == 1 and self.dist == "exp" and compiled_dense.serves(x_i)
 
-    def _exp_threshold(self, x_i: torch.Tensor) -> torch.Tensor:
-        """:meth:`_fit`'s threshold of one exponential stage, the same numbers: ``sum |x_j|``
-        accumulated in float64 (torch sums a float32 row into a float64 result in the order it
-        sums the row's float64 copy) and the same operations on ``(m,)`` vectors after it."""
+    def _fit(
+        self, x_i: torch.Tensor, keep_abs: bool = True
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The thresholds and ``|x|`` in float64 (which the torch form of :meth:`_encode`
+        compares with them). Without ``keep_abs``, one exponential stage needs only each row's
+        ``sum_j |x_j|``: it is accumulated in float64 from ``x`` itself (torch sums a float32
+        row into a float64 result in the order it sums the row's float64 copy: the same bits)
+        and ``|x|`` is not made (None)."""
         m, d = x_i.shape
-        s = x_i.abs().sum(dim=1, dtype=torch.float64)
-        count = torch.full((m,), d, dtype=torch.int64, device=x_i.device)
-        mean = s / count.clamp(min=1).to(torch.float64)
-        t = torch.zeros(m, dtype=torch.float64, device=x_i.device)
-        return torch.where(count > 0, t + mean * math.log(1.0 / self.ratio), t)
-
-    def _fit(self, x_i: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The thresholds and ``|x|`` in float64 (which :meth:`_encode` compares with them)."""
-        a = x_i.to(torch.float64, copy=True).abs_()  # a copy: never the caller's tensor
-        m = a.shape[0]
+        copy = keep_abs or self.stages > 1 or self.dist != "exp"
+        a = x_i.to(torch.float64, copy=True).abs_() if copy else None  # never the caller's
         r = self.ratio ** (1.0 / self.stages)
         log_inv = math.log(1.0 / r)
-        t = torch.zeros(m, dtype=torch.float64, device=a.device)
+        t = torch.zeros(m, dtype=torch.float64, device=x_i.device)
         above = None  # every entry, before the first stage
         for stage in range(self.stages):
             if stage == 0:  # a - 0 = a everywhere: the same numbers, summed the same way
-                count = torch.full((m,), a.shape[1], dtype=torch.int64, device=a.device)
+                count = torch.full((m,), d, dtype=torch.int64, device=x_i.device)
                 y = a
+                total = x_i.abs().sum(dim=1, dtype=torch.float64) if a is None else a.sum(dim=1)
             else:
                 count = above.sum(dim=1)
                 y = torch.where(above, a - t[:, None], 0.0)
+                total = y.sum(dim=1)
             n = count.clamp(min=1).to(torch.float64)
-            mean = y.sum(dim=1) / n
+            mean = total / n
             if self.dist == "exp":
                 step = mean * log_inv
             else:
@@ -149,7 +145,7 @@ class SIDCo(Compressor):
 
     def _encode(self, x_i: torch.Tensor, rng: Streams) -> Packet:
         if self._one_pass_fit(x_i):  # the same payload from two passes over x
-            t = self._exp_threshold(x_i)
+            t, _ = self._fit(x_i, keep_abs=False)
             keep, values, nnz = compiled_dense.threshold_rows(x_i, t)
         else:
             t, a = self._fit(x_i)

@@ -54,11 +54,7 @@ def guard() -> None:
     """
     if _state["on"] or sys.argv[:1] != ["-m"]:
         return
-    if threading.current_thread() is not threading.main_thread():
-        return
-    for s in SIGNALS:
-        signal.signal(s, _stop)
-    _state["on"] = True
+    hold()
 
 
 def hold() -> None:
