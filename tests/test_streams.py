@@ -189,10 +189,14 @@ def test_freed_tensor_memory_is_reused_without_page_faults_unless_the_user_set_g
     user_set,
 ):
     """Importing the project fixes glibc's mmap and trim thresholds, so a 64 MiB tensor freed
-    and made again reuses the same pages (with torch's huge-page allocations, the project's
-    default): no page faults the second time (counted by the kernel, ``ru_minflt``). A
-    threshold the user set (here the trim threshold, at glibc's own default) is kept, and then
-    every such tensor is mapped and faulted in afresh."""
+    and made again, step after step, reuses the same pages (with torch's huge-page
+    allocations, the project's default): no page faults once the heap has reached its size
+    (counted by the kernel, ``ru_minflt``, over five steps after three). A threshold the user
+    set (here the trim threshold, at glibc's own default) is kept, and then every such tensor
+    is mapped and faulted in afresh. (The very first reuse is not always free: an object
+    allocated above the first tensor before it is freed keeps its chunk apart from the heap's
+    top, and an aligned request does not fit that chunk exactly; measured 544 faults in 4 of
+    20 processes, where the steady state below gave 0 in 30 of 30.)"""
     import os
     import subprocess
 
@@ -203,15 +207,17 @@ def test_freed_tensor_memory_is_reused_without_page_faults_unless_the_user_set_g
         "import resource, streams, torch\n"
         "def make():\n"
         "    t = torch.empty(64 << 20, dtype=torch.uint8); t.fill_(1); return t\n"
-        "del_ = make(); del del_\n"
+        "for _ in range(3):\n"
+        "    t = make(); del t\n"
         "before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt\n"
-        "t = make()\n"
+        "for _ in range(5):\n"
+        "    t = make(); del t\n"
         "print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     faults = int(out.stdout.strip())
     if user_set:
-        assert faults >= 32, faults  # 64 MiB mapped again: 32 huge pages or 16384 small ones
+        assert faults >= 5 * 32, faults  # 64 MiB mapped 5 times: 32 huge pages or more each
     else:
-        assert faults < 32, faults  # measured: 0 (545 when mapped afresh)
+        assert faults < 32, faults  # measured: 0 (about 2,720 when mapped afresh)
