@@ -37,7 +37,9 @@ Batches (``--batch auto``, the default with the ``pool`` executor and no pruning
 a batchable method that differ only in ``step_mult`` advance together in one process
 (:mod:`runner.batch`): the data is read once and each step serves all of them, and each run
 still writes its own folder, equal to the run alone up to rounding. ``--batch off`` runs every
-run alone. A run stopped earlier resumes alone.
+run alone. A run stopped earlier resumes alone. Batches and single runs are queued longest
+first (iterations times the entries of the data file), so that the jobs finish together
+rather than one job running the longest batch alone at the end.
 
 Progress: a bar on stderr counts the finished runs and names the runs in flight with their
 last logged iteration (``EF21 m4 s0: 6000/20000``); where stderr is not a terminal (a log file,

@@ -69,11 +69,17 @@ def _run_all(
             with ThreadPoolExecutor(max_workers=jobs) as pool:
                 units = _batches(todo, out, jobs) if batch == "auto" and budget is None else []
                 batched = {s.run_id for unit in units for s in unit}
+                units += [[s] for s in todo if s.run_id not in batched]
+                if budget is None:  # a pruned sweep keeps its order: largest multiplier first
+                    units = _longest_first(units)
                 futures = {
-                    pool.submit(_execute, s, out / "runs" / s.run_id, env, servers, budget)
-                    for s in todo
-                    if s.run_id not in batched
-                } | {pool.submit(_execute_batch, unit, out, env, servers) for unit in units}
+                    pool.submit(_execute_batch, unit, out, env, servers)
+                    if unit[0].run_id in batched
+                    else pool.submit(
+                        _execute, unit[0], out / "runs" / unit[0].run_id, env, servers, budget
+                    )
+                    for unit in units
+                }
                 while futures:
                     finished, futures = wait(futures, timeout=1.0, return_when=FIRST_COMPLETED)
                     for fut in finished:
@@ -270,6 +276,41 @@ def _batches(todo: list[RunSpec], out: Path, jobs: int) -> list[list[RunSpec]]:
         half = len(big) // 2
         units += [big[:half], big[half:]]
     return units
+
+
+def _entries(path: Path) -> int:
+    """The stored entries and rows of a LIBSVM text file (``:`` and newlines counted, in
+    blocks): what one pass over its data costs; 0 when it cannot be read."""
+    count = 0
+    try:
+        with path.open("rb") as fh:
+            while block := fh.read(1 << 20):
+                count += block.count(b":") + block.count(b"\n")
+    except OSError:
+        return 0
+    return count
+
+
+def _cost(unit: list[RunSpec], sizes: dict[str, int]) -> float:
+    """A guess at a unit's time, to order the queue: its runs' iterations times the entries of
+    their data file (a LIBSVM set's step costs about a pass over them), 1 for generated data.
+    ``sizes`` keeps each file's count."""
+    from problems import datasets
+
+    name = unit[0].params.get("dataset")
+    if isinstance(name, str) and name not in sizes:
+        path = Path(name[7:]) if name.startswith("libsvm:") else datasets.find(name)
+        sizes[name] = _entries(path) if path is not None else 0
+    iters = sum(float(s.params.get("iters", 1000)) for s in unit)
+    return iters * (1 + sizes.get(name, 0))
+
+
+def _longest_first(units: list[list[RunSpec]]) -> list[list[RunSpec]]:
+    """``units`` (batches and single runs), the costliest first (:func:`_cost`; ties in config
+    order): with ``--jobs`` workers taking them in turn, the longest ones no longer start
+    last while the other workers have nothing left to do."""
+    sizes: dict[str, int] = {}
+    return sorted(units, key=lambda u: -_cost(u, sizes))
 
 
 def _execute_batch(

@@ -409,3 +409,58 @@ def test_a_signal_sent_as_the_server_names_the_child_stops_it(tmp_path, signum):
         if pid is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_the_costliest_runs_and_batches_start_first(tmp_path, monkeypatch):
+    """With ``--jobs`` workers taking the queue in turn, a sweep's longest units (a step costs
+    about its data file's entries, times the iterations) are queued first, batches and single
+    runs alike, ties in config order."""
+    from experiments import sweep_pool
+
+    for name, rows in (("small", 4), ("big", 400)):
+        lines = "".join(f"{(-1) ** j} 1:0.5 2:1\n" for j in range(rows))
+        (tmp_path / f"{name}.txt").write_text(lines)
+    monkeypatch.setenv("COMPZOO_DATA", str(tmp_path))
+    cfg = load_config({
+        "name": "order",
+        "base": {"problem": "logreg", "nodes": 2, "iters": 10},
+        "methods": [{"algorithm": "ef21"}, {"algorithm": "ef21", "label": "long", "iters": 50}],
+        "grid": {"dataset": ["small", "big"], "compressor": ["topk:k=1"], "step_mult": [1, 2]},
+    })  # fmt: skip
+    units = sweep_pool._batches(cfg.runs(), tmp_path / "out", jobs=1)
+    assert [len(u) for u in units] == [2, 2, 2, 2]
+    ranked = sweep_pool._longest_first(units)
+    order = [(u[0].params["label"], u[0].params["dataset"]) for u in ranked]
+    assert order == [("long", "big"), ("ef21", "big"), ("long", "small"), ("ef21", "small")]
+
+    class NoServers:  # the runs are not started: only the order they are queued in is seen
+        def __init__(self, *args):
+            pass
+
+        def close(self):
+            pass
+
+        def in_flight(self):
+            return []
+
+        def stop(self, signum):
+            pass
+
+    started = []
+
+    def batch(unit, *args):
+        started.append(("batch", unit[0].params["label"], unit[0].params["dataset"]))
+        return ["completed"] * len(unit)
+
+    def single(spec, *args):
+        started.append(("run", spec.params["label"], spec.params["dataset"]))
+        return "completed"
+
+    monkeypatch.setattr(sweep_pool, "_Servers", NoServers)
+    monkeypatch.setattr(sweep_pool, "_execute_batch", batch)
+    monkeypatch.setattr(sweep_pool, "_execute", single)
+    assert sweep_pool._run_all(cfg, tmp_path / "out", 1, False, batch="auto") == 0
+    assert started == [("batch", *o) for o in order]
+    started.clear()
+    sweep_pool._run_all(cfg, tmp_path / "out", 1, False, batch="off")
+    assert started == [("run", *o) for o in order for _ in range(2)]
