@@ -54,6 +54,7 @@ import scipy.sparse as sp
 from threadpoolctl import ThreadpoolController
 
 from benchmarks.baselines_sparse import _reg
+from problems.glm_engine import settle
 
 __all__ = ["VARIANTS", "VecData", "EF21Vec", "DianaVec", "MarinaVec", "DashaVec"]
 
@@ -126,6 +127,7 @@ class VecData:
         times: dict[str, list[float]] = {v: [] for v in VARIANTS}
         for _ in range(rounds):
             for v in VARIANTS:
+                settle()  # the previous variant's BLAS threads quiet (they spin for ~0.1 s)
                 t0 = time.perf_counter()
                 for _ in range(calls):
                     self._grads[v](x)

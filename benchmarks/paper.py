@@ -202,14 +202,16 @@ def time_grad(problem, steps: int) -> float:
 
 
 def time_touch(problem, steps: int) -> float:
-    """Seconds per call of the two-touch pass on compzoo's own storage of the data: for every
+    """Seconds per call of the two-touch pass on compzoo's own storage of the data (its
+    engine's layout, dense or CSR, as the compiled kernels hold it): for every
     node's rows, the margin ``sum_k a_jk x_k`` and then ``g += s a_j``, with no loss, label
     or regulariser, nodes in parallel on as many threads as compzoo's kernels. Every gradient
     of a GLM on this storage reads each stored entry for a margin and for the sum, so this is
     what the gradient costs on this CPU when everything but those two reads is free."""
-    if numba is None or not problem._kernels:
+    if numba is None:
         return float("nan")
-    data, X = problem._kdata, torch.zeros(problem.n, problem.d, dtype=problem.dtype).numpy()
+    data = problem._kdata if problem._kernels else problem._points_kdata()
+    X = torch.zeros(problem.n, problem.d, dtype=problem.dtype).numpy()
     out, ptr = np.empty_like(X), problem._ptr.numpy()
     if len(data) > 1:
         indptr, indices, values, unit, _d = data
@@ -271,7 +273,7 @@ def bench_set(path: Path, name: str, dtype: str, steps: int, repeats: int) -> li
     """One row per method on one data set and dtype; the methods' timings interleaved."""
     problem = paper_problem(path, dtype)
     free = FreeGrad(problem)
-    time.sleep(0.05)  # let torch's worker threads settle before NumPy is timed
+    glm_engine.settle()  # let torch's worker threads go quiet before NumPy is timed
     data = vec_data(problem)  # times its storages on a few gradients, keeps the fastest
     log.info(
         "paper %s %s: vectorized baseline on %s (gradient ms: %s)",
@@ -292,14 +294,21 @@ def bench_set(path: Path, name: str, dtype: str, steps: int, repeats: int) -> li
         time_loop(lambda j=job: vec_for(problem, j["method"], j["algo"], j["k"], 2, data), 2)
     grads, touches = [], []
     for _ in range(repeats):
+        glm_engine.settle()
         grads.append(time_grad(problem, steps))
+        glm_engine.settle()
         touches.append(time_touch(problem, steps))
         for job in jobs:
             a, m, k = job["algo"], job["method"], job["k"]
+            # each side timed once the threads of the one before have gone quiet (a pool's
+            # idle workers spin for up to 0.1 s after a call and would share its cores)
+            glm_engine.settle()
             ours = time_compzoo(a, problem, steps)
-            time.sleep(0.05)  # let torch's worker threads settle before NumPy runs
+            glm_engine.settle()
             loop = time_loop(lambda a=a, m=m, k=k: loop_for(problem, m, a, k, steps), steps)
+            glm_engine.settle()
             vec = time_loop(lambda a=a, m=m, k=k: vec_for(problem, m, a, k, steps, data), steps)
+            glm_engine.settle()
             floor = time_compzoo(a, free, steps)
             job["t"].append((ours, loop, floor, vec))
     layouts = storage_costs(path, dtype, steps, repeats) if dtype == "float64" else {}

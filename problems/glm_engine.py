@@ -60,6 +60,9 @@ DENSE_ANY_SIZE_ABOVE = 0.25
 BUDGET_S, MIN_CALLS, ROUNDS = 0.02, 3, 3
 #: A candidate whose first call takes this many times the best so far is dropped unmeasured.
 DROP_ABOVE = 4.0
+#: Before each candidate, :func:`settle` waits (up to ``SETTLE_MAX_S``) for a window of
+#: ``SETTLE_WINDOW_S`` in which this process used under ``SETTLE_SHARE`` of one core.
+SETTLE_MAX_S, SETTLE_WINDOW_S, SETTLE_SHARE = 0.3, 0.002, 0.2
 _FORMAT = b"compzoo-engine-v3"
 
 
@@ -186,17 +189,38 @@ def _time(call: Callable[[], object]) -> float:
             return spent / calls
 
 
+def settle(limit: float = SETTLE_MAX_S) -> float:
+    """Wait until this process's idle worker threads stop spinning (at most ``limit``
+    seconds); the seconds waited. After a call, a thread pool's workers keep a core busy
+    while they wait for more work: OpenBLAS's for about 0.1 s, the OpenMP runtime's for a
+    few ms (measured on phishing's gradient, 2 threads). A call timed meanwhile shares its
+    cores with them, so a candidate timed after NumPy's BLAS measured twice its time alone
+    (phishing, the compiled dense kernel on 2 threads: 0.84 against 0.42 ms) and the choice
+    went to a slower engine. Waiting is measured, not fixed: the process's CPU time over
+    short windows of sleep."""
+    start = time.perf_counter()
+    while True:
+        w0, c0 = time.perf_counter(), time.process_time()
+        time.sleep(SETTLE_WINDOW_S)
+        w1, c1 = time.perf_counter(), time.process_time()
+        if c1 - c0 < SETTLE_SHARE * (w1 - w0) or w1 - start >= limit:
+            return w1 - start
+
+
 def measure(
     options: list[tuple[str, int]], apply: Callable[[str, int], Callable[[], object]]
 ) -> dict[tuple[str, int], float]:
     """Seconds per gradient of each ``(engine, threads)``: ``apply`` switches the problem to it
     and returns the call to time (the first call, untimed, warms caches and compiled code).
-    Rounds are interleaved; a candidate far slower than the best (``DROP_ABOVE``) is dropped."""
+    Rounds are interleaved, each candidate timed once the previous one's threads have gone
+    quiet (:func:`settle`); a candidate far slower than the best (``DROP_ABOVE``) is
+    dropped."""
     times: dict[tuple[str, int], list[float]] = {o: [] for o in options}
     alive = list(options)
     for _ in range(ROUNDS):
         for o in list(alive):
             call = apply(*o)
+            settle()
             with threads_used(o[1]):
                 t0 = time.perf_counter()
                 call()

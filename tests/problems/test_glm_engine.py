@@ -110,6 +110,26 @@ def test_busy_elsewhere_sees_another_process_on_the_cpus():
     assert glm_engine.busy_elsewhere(clock) > 0.2 / (os.cpu_count() or 1)
 
 
+def test_settle_waits_while_this_processs_threads_spin_and_not_after():
+    """A pool's idle workers spin after a call; the engines are timed only once they stop."""
+    import threading
+    import time
+
+    until = time.perf_counter() + 0.3
+
+    def spin():  # a worker that keeps a core busy for 0.3 s
+        while time.perf_counter() < until:
+            pass
+
+    worker = threading.Thread(target=spin)
+    worker.start()
+    waited = glm_engine.settle(limit=3.0)
+    worker.join()
+    assert waited >= 0.2  # it did not return while the worker spun
+    assert waited < 2.0  # and returned soon after it stopped, well before the limit
+    assert glm_engine.settle(limit=3.0) < 1.0  # nothing spins now
+
+
 def test_choose_keeps_the_fastest(monkeypatch):
     options = [("csr", 1), ("csr", 2), ("dense-torch", 1)]
     fake = {("csr", 1): 3e-3, ("csr", 2): 1e-3, ("dense-torch", 1): 2e-3}
