@@ -130,6 +130,27 @@ def test_settle_waits_while_this_processs_threads_spin_and_not_after():
     assert glm_engine.settle(limit=3.0) < 1.0  # nothing spins now
 
 
+def test_blas_threads_sets_every_blas_library_and_restores_it():
+    from threadpoolctl import threadpool_info
+
+    def counts():
+        return [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+
+    before = counts()
+    if not before:
+        pytest.skip("no BLAS library loaded")
+    with glm_engine.blas_threads(1):
+        assert counts() == [1] * len(before)
+    assert counts() == before
+    with pytest.raises(RuntimeError), glm_engine.blas_threads(1):
+        raise RuntimeError("the body failed")
+    assert counts() == before  # restored on an exception too
+    with glm_engine.blas_threads(before[0]):
+        assert counts()[0] == before[0]
+    with glm_engine.blas_threads(None):
+        assert counts() == before
+
+
 def test_choose_keeps_the_fastest(monkeypatch):
     options = [("csr", 1), ("csr", 2), ("dense-torch", 1)]
     fake = {("csr", 1): 3e-3, ("csr", 2): 1e-3, ("dense-torch", 1): 2e-3}
