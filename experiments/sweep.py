@@ -184,7 +184,10 @@ def run_sweep(
 
     if isinstance(config, SweepConfig):
         check_grid(cfg)  # load_config checks the configs it reads
-    resolve_runs(cfg, device_here=executor != "slurm")
+    from experiments.sweep_servers import RUN_THREADS
+
+    here = executor == "pool"  # the runs start on this machine, each on RUN_THREADS threads
+    resolve_runs(cfg, device_here=executor != "slurm", threads=RUN_THREADS if here else None)
     out = Path(out)
     try:
         _claim(out, cfg)

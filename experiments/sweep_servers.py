@@ -22,11 +22,15 @@ ROOT = Path(__file__).resolve().parents[1]
 FORK_ENV = "COMPZOO_SWEEP_FORK"  # "0": every run a plain subprocess (no fork server)
 
 
+#: The thread count of each run's process: ``--jobs`` runs share the cores.
+RUN_THREADS = 1
+
+
 def _env() -> dict[str, str]:
     """The environment of every run's process (and of the fork servers)."""
     env = dict(os.environ)
-    env["OMP_NUM_THREADS"] = "1"
-    env["MKL_NUM_THREADS"] = "1"
+    env["OMP_NUM_THREADS"] = str(RUN_THREADS)
+    env["MKL_NUM_THREADS"] = str(RUN_THREADS)
     path = env.get("PYTHONPATH")
     env["PYTHONPATH"] = str(ROOT) + (os.pathsep + path if path else "")
     return env

@@ -267,3 +267,39 @@ def test_the_runs_checks_use_the_runners_own_functions(monkeypatch):
     monkeypatch.setattr(cli, "check_run_options", stricter)
     refused("base.iters = 5: --iters must be <= 4 here, got 5")
     assert validate._scalar_error(validate._parser().parse_args(["ef21", "--iters", "4"])) is None
+
+
+def test_the_sweep_measures_its_runs_engine_once_before_they_start(tmp_path, monkeypatch):
+    """``resolve_runs`` builds each group's problem on the runs' own thread count, on a machine
+    the runs do not load yet: the engine it measures is memoised under the key each run looks
+    up, so no run measures it again (beside the others, where nothing is memoised)."""
+    import numpy as np
+
+    from problems import glm_engine
+
+    rng = np.random.default_rng(0)
+    lines = []
+    for j in range(3000):  # 75,000 stored entries: above the size measured (MEASURE_ABOVE)
+        cols = np.sort(rng.choice(40, size=25, replace=False)) + 1
+        lines.append(f"{(-1) ** j} " + " ".join(f"{c}:{rng.random():.3f}" for c in cols))
+    (tmp_path / "big.txt").write_text("\n".join(lines) + "\n")
+    monkeypatch.setenv("COMPZOO_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(glm_engine, "load_per_core", lambda: 0.1)  # a quiet machine
+    monkeypatch.setattr(glm_engine, "busy_elsewhere", lambda since: 0.0)
+    seen = []
+    real = glm_engine.measure
+
+    def spy(options, apply):
+        seen.append(sorted({t for _, t in options}))
+        return real(options, apply)
+
+    monkeypatch.setattr(glm_engine, "measure", spy)
+    data = f"libsvm:{tmp_path / 'big.txt'}"
+    cfg = load_config(config(base={"problem": "logreg", "dataset": data, "nodes": 4, "iters": 5}))
+    with glm_engine.threads_used(2):  # the sweep's own process, on two threads
+        resolve_runs(cfg, threads=1)
+        assert seen == [[1]]  # measured once, among one-thread candidates, as a run has them
+        resolve_runs(cfg, threads=1)  # what each run's configure does, on its one thread
+        assert seen == [[1]]  # read from the memo
+        resolve_runs(cfg)  # on the sweep's own threads: other candidates, another key
+        assert seen == [[1], [1, 2]]
