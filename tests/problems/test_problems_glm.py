@@ -388,3 +388,37 @@ def test_dense_storage_agrees_with_the_sparse_one(name, split, monkeypatch):
     torch.testing.assert_close(dense.full_grad(x), dense.grad(x).mean(dim=0), **close)
     one = dense.local([3])
     torch.testing.assert_close(one.grad(x), sparse.grad(x)[3:4], **close)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_logistic_weighted_derivative_in_three_passes_is_the_four_pass_one(dtype):
+    """The many-points paths take ``dphi(Z, b) * w`` as ``sigmoid(-b Z) * (-b w)``: bit for bit
+    ``-b sigmoid(-b Z) * w`` for labels in {-1, 0, 1} (0 pads a node's rows), at huge, zero,
+    infinite and NaN margins; other labels take the four passes, where the short form would
+    round differently."""
+    import math
+
+    from problems.glm import GLM
+    from problems.registry import make_problem
+
+    p = make_problem("logreg", dataset="synthetic", nodes=4, seed=0, dtype=str(dtype)[6:])
+    assert p._signed_labels
+    g = torch.Generator().manual_seed(0)
+    Z = torch.randn(500, 12, generator=g, dtype=torch.float64).to(dtype) * 30
+    Z[0, :4] = torch.tensor([math.inf, -math.inf, math.nan, 0.0])
+    Z[1] = -0.0
+    b = torch.tensor([-1.0, 1.0, 0.0])[torch.randint(0, 3, (500, 1), generator=g)].to(dtype)
+    w = torch.rand(500, 1, generator=g, dtype=torch.float64).to(dtype) / 7
+    four = GLM._dphi_times(p, Z, b, w)
+    three = p._dphi_times(Z, b, w)
+    bits = {torch.float32: torch.int32, torch.float64: torch.int64}[dtype]
+    nan = torch.isnan(four)
+    assert torch.equal(nan, torch.isnan(three))
+    assert torch.equal(four[~nan].view(bits), three[~nan].view(bits))
+
+    odd = b * 0.3  # labels outside {-1, 0, 1}: the short form rounds differently there ...
+    nb = -odd
+    assert not torch.equal((Z * nb).sigmoid_().mul_(nb * w)[2:], GLM._dphi_times(p, Z, odd, w)[2:])
+    p._b64 = p._b64 * 0.3  # ... and a problem with such labels takes the four passes
+    p.__dict__.pop("_signed_labels", None)
+    assert torch.equal(p._dphi_times(Z, odd, w)[2:], GLM._dphi_times(p, Z, odd, w)[2:])
