@@ -43,9 +43,12 @@ SERIAL_BELOW = 32768
 def launch(kernel, *args, serial=None) -> None:
     """Run a parallel kernel on as many threads as torch uses, so the two never oversubscribe
     the cores, or on one thread when its largest array argument holds fewer than
-    ``SERIAL_BELOW`` entries. Numba's OpenMP layer comes first: it shares torch's OpenMP
-    runtime, so the same threads serve both (a separate pool's threads would contend with
-    torch's spinning ones). Its first launch resets the runtime's thread count, which is put
+    ``SERIAL_BELOW`` entries. Numba's OpenMP layer comes first. Whether it shares torch's
+    OpenMP runtime depends on the install: with torch's wheels it does not (torch loads its
+    own ``libgomp.so.1``, numba's pool names the system's ``libgomp.so.1.0.0``, and both are
+    mapped), so the kernels and torch's operations run on two pools of threads; each spins
+    only briefly after a region (``GOMP_SPINCOUNT``, set in :mod:`streams`), which keeps the
+    two from contending. Its first launch resets the runtime's thread count, which is put
     back at once. Launches are serialised (not every layer accepts concurrent ones). The
     kernels' results do not depend on their thread count (each output is one thread's work).
 
