@@ -51,7 +51,7 @@ def _reuse_freed_memory() -> None:
     product 5.9 ms and the loss derivative 4.1 ms per call with glibc's defaults, 1.1 and
     0.7 ms with these thresholds fixed (the batch's step 9.4-11.6 ms against 4.3-4.5 ms); a
     64 MiB tensor freed and made again, step after step, faulted about 545 pages in each time,
-    and none with them once the heap had reached its size (its first reuse can still fault:
+    and with them none in most steps once the heap had reached its size (not in every step:
     see the test). Results are unchanged; a process keeps its peak heap.
     Linux with glibc only; thresholds the user set through ``MALLOC_MMAP_THRESHOLD_`` or
     ``MALLOC_TRIM_THRESHOLD_`` are kept."""
