@@ -42,10 +42,9 @@ class LogReg(GLM):
         """``dphi(Z, b) * w`` as ``sigmoid(-b Z) * (-b w)``: three passes over the margins into
         one new tensor, where ``-b * sigmoid(-b Z) * w`` takes four into four (12 points: a9a
         on 2 threads 0.58 -> 0.50 ms, w8a on one 1.40 -> 1.12 ms, of a pass of many points
-        that takes 1.7 and 5.3 ms). The numbers are the same: with
-        labels in {-1, 0, 1} (signed labels; 0 on the rows that pad a node) the product
-        ``-b sigmoid(.)`` is exact, so ``w`` may meet ``-b`` first. Other labels take the
-        four passes."""
+        that takes 1.7 and 5.3 ms). The numbers are the same: with labels in {-1, 0, 1}
+        (signed labels; 0 on the rows that pad a node) the product ``-b sigmoid(.)`` is
+        exact, so ``w`` may meet ``-b`` first. Other labels take the four passes."""
         if not self._signed_labels:
             return super()._dphi_times(Z, b, w)
         nb = -b
