@@ -30,6 +30,7 @@ from algorithms.registry import ALGORITHMS, usual_compressor, usual_options
 from comm import SimulatedComm
 from comm.batched import BatchedSimulatedComm
 from compressors import parse_spec
+from problems import glm_engine
 from problems.batched import Tiled
 from problems.registry import make_problem
 from runner.api import run, run_batch
@@ -212,13 +213,25 @@ def test_the_command_line_batch_writes_folders_that_resume_alone(tmp_path):
     assert refused.returncode == 2 and "Traceback" not in refused.stderr
 
 
-def test_grad_points_equals_the_gradients_at_each_point():
+@pytest.mark.parametrize(
+    "storage, engines",
+    [("dense", ("compiled", "library")), ("csr", ("compiled", "library", "torch-sparse"))],
+)
+def test_grad_points_equals_the_gradients_at_each_point(storage, engines, monkeypatch):
+    """Every engine of many points on the layout it serves: the compiled kernel and BLAS's
+    stacked products on dense rows; the compiled kernel, SciPy's and torch's sparse products
+    on CSR rows (torch-sparse is offered on sparse layouts only)."""
     p = make_problem("logreg-nonconvex", dataset="synthetic", nodes=5, samples=500, features=20,
-                     density=0.4)  # fmt: skip
+                     density=0.4, storage=storage)  # fmt: skip
+    assert p.dense == (storage == "dense")
     P = torch.randn(7, p.d, dtype=torch.float64) * 0.3
-    for engine in ("compiled", "library", "torch-sparse"):
+    for engine in engines:
         p.points_engine = engine
         G, L = p.grad_points(P, with_loss=True)
+        if engine == "torch-sparse":  # its products are torch's CSR tensors, not SciPy's
+            assert p._points_t["A"].layout == torch.sparse_csr
+        elif engine == "library":
+            assert (p._points["X3"] is not None) == p.dense
         torch.testing.assert_close(G, torch.stack([p.grad(x) for x in P]), rtol=1e-12, atol=1e-14)
         torch.testing.assert_close(L.mean(1), torch.stack([p.loss(x) for x in P]), rtol=1e-12,
                                    atol=1e-14)  # fmt: skip
@@ -227,6 +240,17 @@ def test_grad_points_equals_the_gradients_at_each_point():
                                    atol=1e-14)  # fmt: skip
         torch.testing.assert_close(g, torch.stack([p.full_grad(x) for x in P]), rtol=1e-12,
                                    atol=1e-14)  # fmt: skip
+    offered = []  # what the automatic choice measures: these engines and no other
+
+    def measure(options, apply):
+        offered.extend(options)
+        return {o: 1.0 + i for i, o in enumerate(options)}
+
+    monkeypatch.setenv("COMPZOO_CACHE", "off")  # measured, not read from a memo
+    monkeypatch.setattr(glm_engine, "measure", measure)
+    p.points_engine = "auto"
+    p.grad_points(P)
+    assert {e for e, _ in offered} == set(engines)
 
 
 @pytest.mark.parametrize("samples", [500, 503])
