@@ -26,7 +26,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from problems import cache, glm_consts, glm_engine, glm_kernels, solver
+from problems import cache, glm_consts, glm_engine, glm_kernels, glm_lanes, solver
 from problems.base import Batch, Consts, Problem, _Lazy, parse_x0
 from problems.data import MAX_DIM, load_tabular
 from problems.linalg import single_threaded
@@ -235,7 +235,7 @@ class GLM(Problem):
             engine = "dense-torch"  # NumPy's BLAS: CPU float32/float64 arrays only
         self._numpy = engine == "dense-numpy"
         self.dense = engine in ("dense", "dense-torch", "dense-numpy")
-        self._points = self._points_k = self._points_t = None
+        self._points = self._points_k = self._points_t = self._points_l = None
         self._kernels = engine in ("dense", "csr")
         self._scipy = {"csr-scipy": "csr", "csc-scipy": "csc"}.get(engine)
         if self.dense and self._Ad is None:
@@ -361,6 +361,7 @@ class GLM(Problem):
         self._np = None  # dense-numpy: the held rows as a padded (m, c, d) NumPy stack
         self._points_k = None  # the compiled kernels' data for grad_points on a library engine
         self._points_t = None  # _points' sparse matrices as torch's CSR (torch-sparse, on a CPU)
+        self._points_l = None  # the CSR rows as the lanes kernels read them (glm_lanes)
         self._krows = torch.from_numpy(rows.astype(np.int64))
         self._ptr = torch.from_numpy(np.concatenate([[0], np.cumsum(counts)]).astype(np.int64))
         if self._kernels:  # the kernels read the held rows in place: no copy of the data
@@ -595,7 +596,9 @@ class GLM(Problem):
         return out
 
     #: how :meth:`grad_points` computes: ``compiled`` (one pass of a compiled kernel over each
-    #: node's rows for all points, where the kernels serve this loss), ``library`` (BLAS or
+    #: node's rows for all points, where the kernels serve this loss), ``lanes`` (the same pass
+    #: over the CSR rows by a kernel compiled for the number of points: :mod:`problems.
+    #: glm_lanes`; up to :data:`problems.glm_lanes.MAX_WIDTH` points), ``library`` (BLAS or
     #: SciPy products with ``R`` right-hand sides), ``torch-sparse`` (the same sparse products
     #: by torch's CSR tensors, on the CPU as on a GPU; sparse layouts only) or ``auto`` (chosen
     #: on the first call)
@@ -650,8 +653,29 @@ class GLM(Problem):
         with self._on_points_threads():
             return self._grad_points(P, with_loss)
 
+    def _lanes_data(self) -> tuple:
+        """The CSR rows as :mod:`problems.glm_lanes` reads them (built once; the kernels'
+        own view where they already read CSR rows)."""
+        if self._points_l is None:
+            if self._kdata is not None and len(self._kdata) > 1:
+                self._points_l = self._kdata
+            else:
+                csr = (self._crow, self._col, self._val)
+                self._points_l = glm_kernels.pack(None, csr, self.d)
+        return self._points_l
+
+    def _lanes_serve(self, R: int) -> bool:
+        """Whether the lanes kernels serve ``R`` points of this problem."""
+        return self._compiled and glm_lanes.available(R, self.dtype, self.device)
+
     def _grad_points(self, P: torch.Tensor, with_loss: bool):
-        if self._compiled and self.points_engine == "compiled":
+        if self.points_engine == "lanes" and self._lanes_serve(P.shape[0]):
+            code = glm_kernels.LOSSES[self.KERNEL_LOSS]
+            G, Lm = glm_lanes.grad_points(
+                self._lanes_data(), self._b, self._krows, self._ptr, P, code, with_loss
+            )
+            G, Lm = G.permute(2, 0, 1), Lm.T
+        elif self._compiled and self.points_engine in ("compiled", "lanes"):
             if self._kernels:
                 kdata = self._kdata
             else:
@@ -699,12 +723,15 @@ class GLM(Problem):
         return self.dphi(Z, b) * w
 
     def _choose_points_engine(self, P: torch.Tensor) -> None:
-        """The compiled kernel, the library products or (sparse layouts on a CPU) torch's sparse
-        products, each on one thread or on torch's count (unless ``threads`` was forced), for
-        ``R = len(P)`` points: the fastest, chosen
-        as the gradients' engine is (:func:`problems.glm_engine.choose`: timed in interleaved
-        rounds, memoised per machine and input when the machine was quiet)."""
+        """The compiled kernels (generic, and compiled for ``R`` points where they serve),
+        the library products or (sparse layouts on a CPU) torch's sparse products, each on one
+        thread or on torch's count (unless ``threads`` was forced), for ``R = len(P)`` points:
+        the fastest, chosen as the gradients' engine is (:func:`problems.glm_engine.choose`:
+        timed in interleaved rounds, memoised per machine and input when the machine was
+        quiet). A lanes kernel not yet compiled on this machine compiles before it is timed."""
         engines = ("compiled", "library") if self._compiled else ("library",)
+        if self._lanes_serve(P.shape[0]):
+            engines = ("lanes", *engines)
         if self.device.type == "cpu" and self._points_data()["X3"] is None:
             engines += ("torch-sparse",)  # sparse products: SciPy's or torch's, by measurement
         counts = [None]
@@ -714,6 +741,8 @@ class GLM(Problem):
 
         def apply(engine: str, n: int | None):
             self.points_engine, self.points_threads = engine, n
+            if engine == "lanes":
+                self._grad_points(P, False)  # compiled here (seconds, once), not in the timing
             return lambda: self.grad_points(P)
 
         key = (type(self).__name__, "points", P.shape[0], self.engine, str(self.dtype),

@@ -68,7 +68,7 @@ _FORMAT = b"compzoo-engine-v3"
 
 #: The code whose speed the memo records: the compiled kernels, the GLM's library paths, this.
 CODE = tuple(Path(__file__).resolve().parent / n for n in ("glm_kernels.py", "glm.py",
-                                                             "glm_engine.py"))  # fmt: skip
+             "glm_engine.py", "glm_lanes.py", "glm_lanes_kernels.py"))  # fmt: skip
 
 
 def code_version(files=CODE) -> bytes:

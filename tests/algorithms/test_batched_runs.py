@@ -215,12 +215,16 @@ def test_the_command_line_batch_writes_folders_that_resume_alone(tmp_path):
 
 @pytest.mark.parametrize(
     "storage, engines",
-    [("dense", ("compiled", "library")), ("csr", ("compiled", "library", "torch-sparse"))],
+    [
+        ("dense", ("lanes", "compiled", "library")),
+        ("csr", ("lanes", "compiled", "library", "torch-sparse")),
+    ],
 )
 def test_grad_points_equals_the_gradients_at_each_point(storage, engines, monkeypatch):
-    """Every engine of many points on the layout it serves: the compiled kernel and BLAS's
-    stacked products on dense rows; the compiled kernel, SciPy's and torch's sparse products
-    on CSR rows (torch-sparse is offered on sparse layouts only)."""
+    """Every engine of many points on the layout it serves: the kernels compiled for the
+    number of points (on CSR rows whatever the layout), the generic compiled kernel and BLAS's
+    stacked products on dense rows; the kernels, SciPy's and torch's sparse products on CSR
+    rows (torch-sparse is offered on sparse layouts only)."""
     p = make_problem("logreg-nonconvex", dataset="synthetic", nodes=5, samples=500, features=20,
                      density=0.4, storage=storage)  # fmt: skip
     assert p.dense == (storage == "dense")
@@ -230,6 +234,8 @@ def test_grad_points_equals_the_gradients_at_each_point(storage, engines, monkey
         G, L = p.grad_points(P, with_loss=True)
         if engine == "torch-sparse":  # its products are torch's CSR tensors, not SciPy's
             assert p._points_t["A"].layout == torch.sparse_csr
+        elif engine == "lanes":  # the CSR rows, as the kernels read them
+            assert len(p._points_l) == 5 and p._points_l[-1] == p.d
         elif engine == "library":
             assert (p._points["X3"] is not None) == p.dense
         torch.testing.assert_close(G, torch.stack([p.grad(x) for x in P]), rtol=1e-12, atol=1e-14)
@@ -293,7 +299,7 @@ def test_grad_points_choose_their_engine_and_thread_count():
         p = make_problem("logreg-nonconvex", dataset="synthetic", nodes=5, samples=500,
                          features=20, density=0.4, threads=threads)  # fmt: skip
         p.grad_points(P)
-        assert p.points_engine in ("compiled", "library", "torch-sparse")
+        assert p.points_engine in ("lanes", "compiled", "library", "torch-sparse")
         assert p.points_threads in allowed
 
 

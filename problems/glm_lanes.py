@@ -1,0 +1,100 @@
+"""GLM gradients at ``R`` points in one pass, with ``R`` fixed when the kernel is compiled.
+
+A batch of ``R`` runs (:mod:`problems.batched`) needs every node's gradient at ``R`` points per
+step. The kernels of :mod:`problems.glm_kernels` loop over the points at run time, so each
+stored entry costs a loop of ``R`` loads and adds through memory, and the sparse library
+products (SciPy's, torch's) are scalar loops of the same kind. Here each width ``W`` has its
+own kernel, written out with ``W`` scalar accumulators: a row's ``W`` margins stay in registers
+while its entries stream past, and LLVM's SLP vectoriser packs the ``W`` adds of an entry into
+a few vector instructions. SLP is off by default in numba (it once miscompiled some code), so
+these kernels, and only these, are compiled with it on (:func:`_compile`); a test checks them
+against the generic kernel, bit for bit, on every width.
+
+Per node, rows go in chunks of :data:`CHUNK` rows: the chunk's ``W`` margins per row, then
+``phi'`` of all of them in one loop the loop vectoriser handles (:func:`problems.glm_kernels.
+_dphi_points`), then the scatter of each row's ``W`` weights into the node's ``(d, W)`` sums.
+Each lane's arithmetic is the generic kernel's, in the same order (a margin sums its row's
+entries in storage order; the sums take the rows in order), so the results are the same, bit
+for bit. Measured through ``GLM.grad_points`` on a 2-core AMD EPYC, one thread, ``R = 12``,
+float64 (ms; the generic kernel, then the fastest library engine, in brackets): mushrooms 0.97
+(2.08; torch's sparse 1.13), phishing 1.37 (5.29; torch's sparse 1.60), a9a 2.20 (5.85; torch's
+sparse 3.04), w8a 3.67 (8.65; torch's sparse 4.67). The engine is still chosen by measurement
+(:meth:`problems.glm.GLM._choose_points_engine`, engine ``lanes``).
+
+Widths are multiples of 4 up to :data:`MAX_WIDTH` (each width costs about 2 s to compile, once
+per machine: numba caches it); ``R`` points run on the next width up, the lanes beyond ``R``
+at a zero point whose results are dropped. The kernels live in :mod:`problems.glm_lanes_kernels`,
+written by :mod:`problems.glm_lanes_gen` (``python -m problems.glm_lanes_gen`` rewrites the
+file; a test checks that it is current).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from streams.compiled import launch, numba
+
+__all__ = ["MAX_WIDTH", "WIDTHS", "available", "grad_points", "width"]
+
+MAX_WIDTH = 16
+WIDTHS = tuple(range(4, MAX_WIDTH + 1, 4))
+#: Rows per chunk: their margins, then their ``phi'``, then their sums, while they are in L1.
+CHUNK = 128
+DTYPES = (torch.float32, torch.float64)
+
+
+def width(R: int) -> int | None:
+    """The kernel width that serves ``R`` points (``None`` above :data:`MAX_WIDTH`)."""
+    w = -(-R // 4) * 4
+    return w if 4 <= w <= MAX_WIDTH else None
+
+
+def available(R: int, dtype: torch.dtype, device: torch.device) -> bool:
+    """Whether a kernel serves ``R`` points of ``dtype`` on ``device``."""
+    return numba is not None and device.type == "cpu" and dtype in DTYPES and width(R) is not None
+
+
+def _compile(kernel, args: tuple) -> None:
+    """Compile ``kernel`` for ``args`` with LLVM's SLP vectoriser on (or load it from numba's
+    cache, where it was compiled so before), holding numba's compiler lock so that no other
+    function is compiled meanwhile with the setting."""
+    sig = tuple(numba.typeof(a) for a in args)
+    if sig in kernel.overloads:
+        return
+    from numba.core import config
+    from numba.core.compiler_lock import global_compiler_lock
+
+    with global_compiler_lock:
+        old = config.SLP_VECTORIZE
+        config.SLP_VECTORIZE = 1
+        try:
+            kernel.compile(sig)
+        finally:
+            config.SLP_VECTORIZE = old
+
+
+def grad_points(
+    csr: tuple, b: torch.Tensor, rows: torch.Tensor, ptr: torch.Tensor, P: torch.Tensor,
+    code: int, with_loss: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """As :func:`problems.glm_kernels.grad_points` (``(m, d, R)`` sums and ``(m, R)`` mean
+    losses, zeros without ``with_loss``), for CSR rows ``csr`` (:func:`problems.glm_kernels.
+    pack`) and the loss ``code``, on the kernel of width :func:`width` ``(R)``."""
+    from problems import glm_lanes_kernels as K
+
+    indptr, indices, values, unit, d = csr
+    R = P.shape[0]
+    W = width(R)
+    PT = torch.zeros(d, W, dtype=P.dtype)
+    PT[:, :R] = P.T
+    m = ptr.numel() - 1
+    out = torch.empty(m, d * W, dtype=P.dtype)
+    lout = torch.empty(m, W, dtype=P.dtype)
+    npo = out.numpy()
+    zero = npo.dtype.type(0)
+    args = (indptr, indices, values, unit, b.numpy(), rows.numpy(), ptr.numpy(),
+            PT.numpy().reshape(-1), code, with_loss, zero, CHUNK, npo, lout.numpy())  # fmt: skip
+    kernel = getattr(K, f"points_{W}")
+    _compile(kernel, args)
+    launch(kernel, *args)
+    return out.view(m, d, W)[:, :, :R], lout[:, :R]

@@ -1,0 +1,117 @@
+"""Writes :mod:`problems.glm_lanes_kernels`: the kernels of :mod:`problems.glm_lanes`, one per
+width ``W`` in :data:`problems.glm_lanes.WIDTHS`, each with ``W`` scalar accumulators written
+out. ``python -m problems.glm_lanes_gen`` rewrites the file; a test checks that it is current."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from problems.glm_lanes import WIDTHS
+
+__all__ = ["KERNELS", "source"]
+
+KERNELS = Path(__file__).with_name("glm_lanes_kernels.py")
+
+_HEAD = '''"""The kernels of :mod:`problems.glm_lanes`, one per width: written by
+:mod:`problems.glm_lanes_gen` (``python -m problems.glm_lanes_gen``); do not edit."""
+
+# fmt: off
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from problems.glm_kernels import _dphi_points, _phi
+
+_jit = numba.njit(cache=True, nogil=True, error_model="numpy", fastmath={"contract"})
+_pjit = numba.njit(cache=True, nogil=True, error_model="numpy", fastmath={"contract"},
+                   parallel=True)
+
+
+@_jit
+def _dphi_lanes(code, Zc, bb, n, inv):
+    for i in range(n):
+        Zc[i] = _dphi_points(code, Zc[i], bb[i]) * inv
+
+
+@_jit
+def _loss_lanes(code, Zc, bb, n, inv, W, lsum):
+    for i in range(0, n, W):
+        for r in range(W):
+            lsum[r] += _phi(code, Zc[i + r], bb[i + r]) * inv
+'''
+
+
+def _kernel(W: int) -> str:
+    L = range(W)
+
+    def lines(fmt: str, indent: int) -> list[str]:
+        return [" " * indent + fmt.format(r=r) for r in L]
+
+    out = [
+        "",
+        "",
+        "@_jit",
+        f"def _node_{W}(indptr, indices, values, unit, PT, b, rows, lo, hi, code, with_loss, "
+        "zero, Zc,",
+        f"{' ' * (10 + len(str(W)))}bb, g, lsum):",
+        "    inv = 1.0 / (hi - lo)",
+        f"    chunk = bb.size // {W}",
+        "    for c0 in range(lo, hi, chunk):",
+        "        c1 = min(c0 + chunk, hi)",
+        "        for j in range(c0, c1):",
+        "            row = rows[j]",
+        "            p0, p1 = indptr[row], indptr[row + 1]",
+    ]
+    out += lines("z{r} = zero", 12)
+    out += ["            if unit:", "                for p in range(p0, p1):"]
+    out += [f"                    o = indices[p] * {W}"]
+    out += lines("z{r} += PT[o + {r}]", 20)
+    out += ["            else:", "                for p in range(p0, p1):"]
+    out += [f"                    o = indices[p] * {W}", "                    v = values[p]"]
+    out += lines("z{r} += v * PT[o + {r}]", 20)
+    out += [f"            q = (j - c0) * {W}", "            bj = b[row]"]
+    out += lines("Zc[q + {r}] = z{r}", 12)
+    out += lines("bb[q + {r}] = bj", 12)
+    out += [f"        n = (c1 - c0) * {W}", "        if with_loss:"]
+    out += [f"            _loss_lanes(code, Zc, bb, n, inv, {W}, lsum)"]
+    out += ["        _dphi_lanes(code, Zc, bb, n, inv)", "        for j in range(c0, c1):"]
+    out += ["            row = rows[j]", "            p0, p1 = indptr[row], indptr[row + 1]"]
+    out += [f"            q = (j - c0) * {W}"]
+    out += lines("z{r} = Zc[q + {r}]", 12)
+    out += ["            if unit:", "                for p in range(p0, p1):"]
+    out += [f"                    o = indices[p] * {W}"]
+    out += lines("g[o + {r}] += z{r}", 20)
+    out += ["            else:", "                for p in range(p0, p1):"]
+    out += [f"                    o = indices[p] * {W}", "                    v = values[p]"]
+    out += lines("g[o + {r}] += v * z{r}", 20)
+    out += [
+        "",
+        "",
+        "@_pjit",
+        f"def points_{W}(indptr, indices, values, unit, b, rows, ptr, PT, code, with_loss, zero, "
+        "chunk,",
+        f"{' ' * (12 + len(str(W)))}out, lout):",
+        "    for i in numba.prange(ptr.size - 1):",
+        f"        Zc = np.empty(chunk * {W}, dtype=PT.dtype)",
+        f"        bb = np.empty(chunk * {W}, dtype=PT.dtype)",
+        "        g = out[i]",
+        "        g[:] = zero",
+        "        lsum = lout[i]",
+        "        lsum[:] = zero",
+        f"        _node_{W}(indptr, indices, values, unit, PT, b, rows, ptr[i], ptr[i + 1], code,",
+        f"{' ' * (len(str(W)) + 15)}with_loss, zero, Zc, bb, g, lsum)",
+    ]
+    return "\n".join(out) + "\n"
+
+
+def source() -> str:
+    """The text of :mod:`problems.glm_lanes_kernels`."""
+    return _HEAD + "".join(_kernel(W) for W in WIDTHS)
+
+
+if __name__ == "__main__":
+    KERNELS.write_text(source())
+    print(f"wrote {KERNELS}", file=sys.stderr)
+    sys.exit(0)

@@ -1,0 +1,547 @@
+"""The kernels of :mod:`problems.glm_lanes`, one per width: written by
+:mod:`problems.glm_lanes_gen` (``python -m problems.glm_lanes_gen``); do not edit."""
+
+# fmt: off
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from problems.glm_kernels import _dphi_points, _phi
+
+_jit = numba.njit(cache=True, nogil=True, error_model="numpy", fastmath={"contract"})
+_pjit = numba.njit(cache=True, nogil=True, error_model="numpy", fastmath={"contract"},
+                   parallel=True)
+
+
+@_jit
+def _dphi_lanes(code, Zc, bb, n, inv):
+    for i in range(n):
+        Zc[i] = _dphi_points(code, Zc[i], bb[i]) * inv
+
+
+@_jit
+def _loss_lanes(code, Zc, bb, n, inv, W, lsum):
+    for i in range(0, n, W):
+        for r in range(W):
+            lsum[r] += _phi(code, Zc[i + r], bb[i + r]) * inv
+
+
+@_jit
+def _node_4(indptr, indices, values, unit, PT, b, rows, lo, hi, code, with_loss, zero, Zc,
+           bb, g, lsum):
+    inv = 1.0 / (hi - lo)
+    chunk = bb.size // 4
+    for c0 in range(lo, hi, chunk):
+        c1 = min(c0 + chunk, hi)
+        for j in range(c0, c1):
+            row = rows[j]
+            p0, p1 = indptr[row], indptr[row + 1]
+            z0 = zero
+            z1 = zero
+            z2 = zero
+            z3 = zero
+            if unit:
+                for p in range(p0, p1):
+                    o = indices[p] * 4
+                    z0 += PT[o + 0]
+                    z1 += PT[o + 1]
+                    z2 += PT[o + 2]
+                    z3 += PT[o + 3]
+            else:
+                for p in range(p0, p1):
+                    o = indices[p] * 4
+                    v = values[p]
+                    z0 += v * PT[o + 0]
+                    z1 += v * PT[o + 1]
+                    z2 += v * PT[o + 2]
+                    z3 += v * PT[o + 3]
+            q = (j - c0) * 4
+            bj = b[row]
+            Zc[q + 0] = z0
+            Zc[q + 1] = z1
+            Zc[q + 2] = z2
+            Zc[q + 3] = z3
+            bb[q + 0] = bj
+            bb[q + 1] = bj
+            bb[q + 2] = bj
+            bb[q + 3] = bj
+        n = (c1 - c0) * 4
+        if with_loss:
+            _loss_lanes(code, Zc, bb, n, inv, 4, lsum)
+        _dphi_lanes(code, Zc, bb, n, inv)
+        for j in range(c0, c1):
+            row = rows[j]
+            p0, p1 = indptr[row], indptr[row + 1]
+            q = (j - c0) * 4
+            z0 = Zc[q + 0]
+            z1 = Zc[q + 1]
+            z2 = Zc[q + 2]
+            z3 = Zc[q + 3]
+            if unit:
+                for p in range(p0, p1):
+                    o = indices[p] * 4
+                    g[o + 0] += z0
+                    g[o + 1] += z1
+                    g[o + 2] += z2
+                    g[o + 3] += z3
+            else:
+                for p in range(p0, p1):
+                    o = indices[p] * 4
+                    v = values[p]
+                    g[o + 0] += v * z0
+                    g[o + 1] += v * z1
+                    g[o + 2] += v * z2
+                    g[o + 3] += v * z3
+
+
+@_pjit
+def points_4(indptr, indices, values, unit, b, rows, ptr, PT, code, with_loss, zero, chunk,
+             out, lout):
+    for i in numba.prange(ptr.size - 1):
+        Zc = np.empty(chunk * 4, dtype=PT.dtype)
+        bb = np.empty(chunk * 4, dtype=PT.dtype)
+        g = out[i]
+        g[:] = zero
+        lsum = lout[i]
+        lsum[:] = zero
+        _node_4(indptr, indices, values, unit, PT, b, rows, ptr[i], ptr[i + 1], code,
+                with_loss, zero, Zc, bb, g, lsum)
+
+
+@_jit
+def _node_8(indptr, indices, values, unit, PT, b, rows, lo, hi, code, with_loss, zero, Zc,
+           bb, g, lsum):
+    inv = 1.0 / (hi - lo)
+    chunk = bb.size // 8
+    for c0 in range(lo, hi, chunk):
+        c1 = min(c0 + chunk, hi)
+        for j in range(c0, c1):
+            row = rows[j]
+            p0, p1 = indptr[row], indptr[row + 1]
+            z0 = zero
+            z1 = zero
+            z2 = zero
+            z3 = zero
+            z4 = zero
+            z5 = zero
+            z6 = zero
+            z7 = zero
+            if unit:
+                for p in range(p0, p1):
+                    o = indices[p] * 8
+                    z0 += PT[o + 0]
+                    z1 += PT[o + 1]
+                    z2 += PT[o + 2]
+                    z3 += PT[o + 3]
+                    z4 += PT[o + 4]
+                    z5 += PT[o + 5]
+                    z6 += PT[o + 6]
+                    z7 += PT[o + 7]
+            else:
+                for p in range(p0, p1):
+                    o = indices[p] * 8
+                    v = values[p]
+                    z0 += v * PT[o + 0]
+                    z1 += v * PT[o + 1]
+                    z2 += v * PT[o + 2]
+                    z3 += v * PT[o + 3]
+                    z4 += v * PT[o + 4]
+                    z5 += v * PT[o + 5]
+                    z6 += v * PT[o + 6]
+                    z7 += v * PT[o + 7]
+            q = (j - c0) * 8
+            bj = b[row]
+            Zc[q + 0] = z0
+            Zc[q + 1] = z1
+            Zc[q + 2] = z2
+            Zc[q + 3] = z3
+            Zc[q + 4] = z4
+            Zc[q + 5] = z5
+            Zc[q + 6] = z6
+            Zc[q + 7] = z7
+            bb[q + 0] = bj
+            bb[q + 1] = bj
+            bb[q + 2] = bj
+            bb[q + 3] = bj
+            bb[q + 4] = bj
+            bb[q + 5] = bj
+            bb[q + 6] = bj
+            bb[q + 7] = bj
+        n = (c1 - c0) * 8
+        if with_loss:
+            _loss_lanes(code, Zc, bb, n, inv, 8, lsum)
+        _dphi_lanes(code, Zc, bb, n, inv)
+        for j in range(c0, c1):
+            row = rows[j]
+            p0, p1 = indptr[row], indptr[row + 1]
+            q = (j - c0) * 8
+            z0 = Zc[q + 0]
+            z1 = Zc[q + 1]
+            z2 = Zc[q + 2]
+            z3 = Zc[q + 3]
+            z4 = Zc[q + 4]
+            z5 = Zc[q + 5]
+            z6 = Zc[q + 6]
+            z7 = Zc[q + 7]
+            if unit:
+                for p in range(p0, p1):
+                    o = indices[p] * 8
+                    g[o + 0] += z0
+                    g[o + 1] += z1
+                    g[o + 2] += z2
+                    g[o + 3] += z3
+                    g[o + 4] += z4
+                    g[o + 5] += z5
+                    g[o + 6] += z6
+                    g[o + 7] += z7
+            else:
+                for p in range(p0, p1):
+                    o = indices[p] * 8
+                    v = values[p]
+                    g[o + 0] += v * z0
+                    g[o + 1] += v * z1
+                    g[o + 2] += v * z2
+                    g[o + 3] += v * z3
+                    g[o + 4] += v * z4
+                    g[o + 5] += v * z5
+                    g[o + 6] += v * z6
+                    g[o + 7] += v * z7
+
+
+@_pjit
+def points_8(indptr, indices, values, unit, b, rows, ptr, PT, code, with_loss, zero, chunk,
+             out, lout):
+    for i in numba.prange(ptr.size - 1):
+        Zc = np.empty(chunk * 8, dtype=PT.dtype)
+        bb = np.empty(chunk * 8, dtype=PT.dtype)
+        g = out[i]
+        g[:] = zero
+        lsum = lout[i]
+        lsum[:] = zero
+        _node_8(indptr, indices, values, unit, PT, b, rows, ptr[i], ptr[i + 1], code,
+                with_loss, zero, Zc, bb, g, lsum)
+
+
+@_jit
+def _node_12(indptr, indices, values, unit, PT, b, rows, lo, hi, code, with_loss, zero, Zc,
+            bb, g, lsum):
+    inv = 1.0 / (hi - lo)
+    chunk = bb.size // 12
+    for c0 in range(lo, hi, chunk):
+        c1 = min(c0 + chunk, hi)
+        for j in range(c0, c1):
+            row = rows[j]
+            p0, p1 = indptr[row], indptr[row + 1]
+            z0 = zero
+            z1 = zero
+            z2 = zero
+            z3 = zero
+            z4 = zero
+            z5 = zero
+            z6 = zero
+            z7 = zero
+            z8 = zero
+            z9 = zero
+            z10 = zero
+            z11 = zero
+            if unit:
+                for p in range(p0, p1):
+                    o = indices[p] * 12
+                    z0 += PT[o + 0]
+                    z1 += PT[o + 1]
+                    z2 += PT[o + 2]
+                    z3 += PT[o + 3]
+                    z4 += PT[o + 4]
+                    z5 += PT[o + 5]
+                    z6 += PT[o + 6]
+                    z7 += PT[o + 7]
+                    z8 += PT[o + 8]
+                    z9 += PT[o + 9]
+                    z10 += PT[o + 10]
+                    z11 += PT[o + 11]
+            else:
+                for p in range(p0, p1):
+                    o = indices[p] * 12
+                    v = values[p]
+                    z0 += v * PT[o + 0]
+                    z1 += v * PT[o + 1]
+                    z2 += v * PT[o + 2]
+                    z3 += v * PT[o + 3]
+                    z4 += v * PT[o + 4]
+                    z5 += v * PT[o + 5]
+                    z6 += v * PT[o + 6]
+                    z7 += v * PT[o + 7]
+                    z8 += v * PT[o + 8]
+                    z9 += v * PT[o + 9]
+                    z10 += v * PT[o + 10]
+                    z11 += v * PT[o + 11]
+            q = (j - c0) * 12
+            bj = b[row]
+            Zc[q + 0] = z0
+            Zc[q + 1] = z1
+            Zc[q + 2] = z2
+            Zc[q + 3] = z3
+            Zc[q + 4] = z4
+            Zc[q + 5] = z5
+            Zc[q + 6] = z6
+            Zc[q + 7] = z7
+            Zc[q + 8] = z8
+            Zc[q + 9] = z9
+            Zc[q + 10] = z10
+            Zc[q + 11] = z11
+            bb[q + 0] = bj
+            bb[q + 1] = bj
+            bb[q + 2] = bj
+            bb[q + 3] = bj
+            bb[q + 4] = bj
+            bb[q + 5] = bj
+            bb[q + 6] = bj
+            bb[q + 7] = bj
+            bb[q + 8] = bj
+            bb[q + 9] = bj
+            bb[q + 10] = bj
+            bb[q + 11] = bj
+        n = (c1 - c0) * 12
+        if with_loss:
+            _loss_lanes(code, Zc, bb, n, inv, 12, lsum)
+        _dphi_lanes(code, Zc, bb, n, inv)
+        for j in range(c0, c1):
+            row = rows[j]
+            p0, p1 = indptr[row], indptr[row + 1]
+            q = (j - c0) * 12
+            z0 = Zc[q + 0]
+            z1 = Zc[q + 1]
+            z2 = Zc[q + 2]
+            z3 = Zc[q + 3]
+            z4 = Zc[q + 4]
+            z5 = Zc[q + 5]
+            z6 = Zc[q + 6]
+            z7 = Zc[q + 7]
+            z8 = Zc[q + 8]
+            z9 = Zc[q + 9]
+            z10 = Zc[q + 10]
+            z11 = Zc[q + 11]
+            if unit:
+                for p in range(p0, p1):
+                    o = indices[p] * 12
+                    g[o + 0] += z0
+                    g[o + 1] += z1
+                    g[o + 2] += z2
+                    g[o + 3] += z3
+                    g[o + 4] += z4
+                    g[o + 5] += z5
+                    g[o + 6] += z6
+                    g[o + 7] += z7
+                    g[o + 8] += z8
+                    g[o + 9] += z9
+                    g[o + 10] += z10
+                    g[o + 11] += z11
+            else:
+                for p in range(p0, p1):
+                    o = indices[p] * 12
+                    v = values[p]
+                    g[o + 0] += v * z0
+                    g[o + 1] += v * z1
+                    g[o + 2] += v * z2
+                    g[o + 3] += v * z3
+                    g[o + 4] += v * z4
+                    g[o + 5] += v * z5
+                    g[o + 6] += v * z6
+                    g[o + 7] += v * z7
+                    g[o + 8] += v * z8
+                    g[o + 9] += v * z9
+                    g[o + 10] += v * z10
+                    g[o + 11] += v * z11
+
+
+@_pjit
+def points_12(indptr, indices, values, unit, b, rows, ptr, PT, code, with_loss, zero, chunk,
+              out, lout):
+    for i in numba.prange(ptr.size - 1):
+        Zc = np.empty(chunk * 12, dtype=PT.dtype)
+        bb = np.empty(chunk * 12, dtype=PT.dtype)
+        g = out[i]
+        g[:] = zero
+        lsum = lout[i]
+        lsum[:] = zero
+        _node_12(indptr, indices, values, unit, PT, b, rows, ptr[i], ptr[i + 1], code,
+                 with_loss, zero, Zc, bb, g, lsum)
+
+
+@_jit
+def _node_16(indptr, indices, values, unit, PT, b, rows, lo, hi, code, with_loss, zero, Zc,
+            bb, g, lsum):
+    inv = 1.0 / (hi - lo)
+    chunk = bb.size // 16
+    for c0 in range(lo, hi, chunk):
+        c1 = min(c0 + chunk, hi)
+        for j in range(c0, c1):
+            row = rows[j]
+            p0, p1 = indptr[row], indptr[row + 1]
+            z0 = zero
+            z1 = zero
+            z2 = zero
+            z3 = zero
+            z4 = zero
+            z5 = zero
+            z6 = zero
+            z7 = zero
+            z8 = zero
+            z9 = zero
+            z10 = zero
+            z11 = zero
+            z12 = zero
+            z13 = zero
+            z14 = zero
+            z15 = zero
+            if unit:
+                for p in range(p0, p1):
+                    o = indices[p] * 16
+                    z0 += PT[o + 0]
+                    z1 += PT[o + 1]
+                    z2 += PT[o + 2]
+                    z3 += PT[o + 3]
+                    z4 += PT[o + 4]
+                    z5 += PT[o + 5]
+                    z6 += PT[o + 6]
+                    z7 += PT[o + 7]
+                    z8 += PT[o + 8]
+                    z9 += PT[o + 9]
+                    z10 += PT[o + 10]
+                    z11 += PT[o + 11]
+                    z12 += PT[o + 12]
+                    z13 += PT[o + 13]
+                    z14 += PT[o + 14]
+                    z15 += PT[o + 15]
+            else:
+                for p in range(p0, p1):
+                    o = indices[p] * 16
+                    v = values[p]
+                    z0 += v * PT[o + 0]
+                    z1 += v * PT[o + 1]
+                    z2 += v * PT[o + 2]
+                    z3 += v * PT[o + 3]
+                    z4 += v * PT[o + 4]
+                    z5 += v * PT[o + 5]
+                    z6 += v * PT[o + 6]
+                    z7 += v * PT[o + 7]
+                    z8 += v * PT[o + 8]
+                    z9 += v * PT[o + 9]
+                    z10 += v * PT[o + 10]
+                    z11 += v * PT[o + 11]
+                    z12 += v * PT[o + 12]
+                    z13 += v * PT[o + 13]
+                    z14 += v * PT[o + 14]
+                    z15 += v * PT[o + 15]
+            q = (j - c0) * 16
+            bj = b[row]
+            Zc[q + 0] = z0
+            Zc[q + 1] = z1
+            Zc[q + 2] = z2
+            Zc[q + 3] = z3
+            Zc[q + 4] = z4
+            Zc[q + 5] = z5
+            Zc[q + 6] = z6
+            Zc[q + 7] = z7
+            Zc[q + 8] = z8
+            Zc[q + 9] = z9
+            Zc[q + 10] = z10
+            Zc[q + 11] = z11
+            Zc[q + 12] = z12
+            Zc[q + 13] = z13
+            Zc[q + 14] = z14
+            Zc[q + 15] = z15
+            bb[q + 0] = bj
+            bb[q + 1] = bj
+            bb[q + 2] = bj
+            bb[q + 3] = bj
+            bb[q + 4] = bj
+            bb[q + 5] = bj
+            bb[q + 6] = bj
+            bb[q + 7] = bj
+            bb[q + 8] = bj
+            bb[q + 9] = bj
+            bb[q + 10] = bj
+            bb[q + 11] = bj
+            bb[q + 12] = bj
+            bb[q + 13] = bj
+            bb[q + 14] = bj
+            bb[q + 15] = bj
+        n = (c1 - c0) * 16
+        if with_loss:
+            _loss_lanes(code, Zc, bb, n, inv, 16, lsum)
+        _dphi_lanes(code, Zc, bb, n, inv)
+        for j in range(c0, c1):
+            row = rows[j]
+            p0, p1 = indptr[row], indptr[row + 1]
+            q = (j - c0) * 16
+            z0 = Zc[q + 0]
+            z1 = Zc[q + 1]
+            z2 = Zc[q + 2]
+            z3 = Zc[q + 3]
+            z4 = Zc[q + 4]
+            z5 = Zc[q + 5]
+            z6 = Zc[q + 6]
+            z7 = Zc[q + 7]
+            z8 = Zc[q + 8]
+            z9 = Zc[q + 9]
+            z10 = Zc[q + 10]
+            z11 = Zc[q + 11]
+            z12 = Zc[q + 12]
+            z13 = Zc[q + 13]
+            z14 = Zc[q + 14]
+            z15 = Zc[q + 15]
+            if unit:
+                for p in range(p0, p1):
+                    o = indices[p] * 16
+                    g[o + 0] += z0
+                    g[o + 1] += z1
+                    g[o + 2] += z2
+                    g[o + 3] += z3
+                    g[o + 4] += z4
+                    g[o + 5] += z5
+                    g[o + 6] += z6
+                    g[o + 7] += z7
+                    g[o + 8] += z8
+                    g[o + 9] += z9
+                    g[o + 10] += z10
+                    g[o + 11] += z11
+                    g[o + 12] += z12
+                    g[o + 13] += z13
+                    g[o + 14] += z14
+                    g[o + 15] += z15
+            else:
+                for p in range(p0, p1):
+                    o = indices[p] * 16
+                    v = values[p]
+                    g[o + 0] += v * z0
+                    g[o + 1] += v * z1
+                    g[o + 2] += v * z2
+                    g[o + 3] += v * z3
+                    g[o + 4] += v * z4
+                    g[o + 5] += v * z5
+                    g[o + 6] += v * z6
+                    g[o + 7] += v * z7
+                    g[o + 8] += v * z8
+                    g[o + 9] += v * z9
+                    g[o + 10] += v * z10
+                    g[o + 11] += v * z11
+                    g[o + 12] += v * z12
+                    g[o + 13] += v * z13
+                    g[o + 14] += v * z14
+                    g[o + 15] += v * z15
+
+
+@_pjit
+def points_16(indptr, indices, values, unit, b, rows, ptr, PT, code, with_loss, zero, chunk,
+              out, lout):
+    for i in numba.prange(ptr.size - 1):
+        Zc = np.empty(chunk * 16, dtype=PT.dtype)
+        bb = np.empty(chunk * 16, dtype=PT.dtype)
+        g = out[i]
+        g[:] = zero
+        lsum = lout[i]
+        lsum[:] = zero
+        _node_16(indptr, indices, values, unit, PT, b, rows, ptr[i], ptr[i + 1], code,
+                 with_loss, zero, Zc, bb, g, lsum)

@@ -1,0 +1,106 @@
+"""The GLM kernels compiled for a number of points (:mod:`problems.glm_lanes`): the generic
+kernel's numbers bit for bit, the file of kernels current, the SLP setting scoped to them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import torch
+
+from problems import glm_kernels, glm_lanes, glm_lanes_gen
+
+pytestmark = pytest.mark.skipif(not glm_lanes.available(4, torch.float64, torch.device("cpu")),
+                                reason="numba is not installed")  # fmt: skip
+
+
+def _data(unit: bool, dtype: torch.dtype, seed: int = 0, rows: int = 300, d: int = 37):
+    """CSR rows (binary with ``unit``), labels in {-1, 1}, a row list of 5 uneven nodes, one
+    of them holding no row."""
+    rng = np.random.default_rng(seed)
+    A = sp.random(rows, d, density=0.2, format="csr", random_state=rng)
+    if unit:
+        A.data[:] = 1.0
+    else:
+        A.data = rng.standard_normal(A.nnz)
+    A.sort_indices()
+    npdt = np.float32 if dtype == torch.float32 else np.float64
+    crow, col = torch.from_numpy(A.indptr.astype(np.int64)), torch.from_numpy(A.indices)
+    csr = glm_kernels.pack(None, (crow, col, torch.from_numpy(A.data.astype(npdt))), d)
+    assert csr[3] == unit
+    b = torch.from_numpy(np.where(rng.random(rows) < 0.5, -1.0, 1.0).astype(npdt))
+    order = torch.from_numpy(rng.permutation(rows).astype(np.int64))
+    ptr = torch.tensor([0, 41, 41, 150, 222, rows], dtype=torch.int64)
+    return csr, b, order, ptr, d
+
+
+@pytest.mark.parametrize(
+    "R, dtype", [(3, torch.float64), (12, torch.float64), (5, torch.float32)]
+)  # widths 4, 12 and 8
+@pytest.mark.parametrize("unit", [True, False])
+def test_the_lanes_kernels_give_the_generic_kernels_numbers_bit_for_bit(R, dtype, unit):
+    _check(R, dtype, unit)
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_every_width_and_count_of_points_gives_the_generic_numbers(dtype):
+    for R in range(1, glm_lanes.MAX_WIDTH + 1):
+        for unit in (True, False):
+            _check(R, dtype, unit, seed=R)
+
+
+def _check(R: int, dtype: torch.dtype, unit: bool, seed: int = 0) -> None:
+    csr, b, rows, ptr, d = _data(unit, dtype, seed)
+    gen = torch.Generator().manual_seed(seed)
+    P = torch.randn(R, d, generator=gen, dtype=dtype)
+    P[0] *= 40.0  # saturating margins: exp overflows in phi'
+    for loss, code in glm_kernels.LOSSES.items():
+        for with_loss in (False, True):
+            G, L = glm_lanes.grad_points(csr, b, rows, ptr, P, code, with_loss)
+            G0, L0 = glm_kernels.grad_points(csr, b, rows, ptr, P, loss, with_loss)
+            assert G.shape == G0.shape == (5, d, R)
+            assert torch.equal(G, G0), (loss, R, dtype, unit)
+            if with_loss:
+                assert torch.equal(L, L0), (loss, R, dtype, unit)
+            assert torch.isfinite(G).all()
+            assert (G[1] == 0).all()  # the node with no row
+
+
+def test_widths_round_up_to_a_kernel_and_stop_at_the_largest():
+    assert [glm_lanes.width(R) for R in (1, 3, 4, 5, 12, 13, 16)] == [4, 4, 4, 8, 12, 16, 16]
+    assert glm_lanes.width(17) is None
+    cpu = torch.device("cpu")
+    assert not glm_lanes.available(17, torch.float64, cpu)
+    assert not glm_lanes.available(4, torch.float16, cpu)
+
+
+def test_the_file_of_kernels_is_the_generators_output():
+    assert glm_lanes_gen.KERNELS.read_text() == glm_lanes_gen.source(), (
+        "problems/glm_lanes_kernels.py is stale: run python -m problems.glm_lanes_gen"
+    )
+
+
+def test_the_kernels_compile_with_slp_on_and_leave_the_setting_as_it_was(monkeypatch):
+    from numba.core import config
+
+    seen = []
+
+    class Kernel:  # stands in for a numba dispatcher not yet compiled for these arguments
+        overloads: dict = {}
+
+        def compile(self, sig):
+            seen.append((config.SLP_VECTORIZE, sig))
+
+    before = config.SLP_VECTORIZE
+    glm_lanes._compile(Kernel(), (np.zeros(3), True, 2))
+    assert [s for s, _ in seen] == [1] and config.SLP_VECTORIZE == before
+    assert len(seen[0][1]) == 3
+
+    class Failing(Kernel):
+        def compile(self, sig):
+            raise RuntimeError("no")
+
+    with pytest.raises(RuntimeError):
+        glm_lanes._compile(Failing(), (np.zeros(3),))
+    assert config.SLP_VECTORIZE == before
