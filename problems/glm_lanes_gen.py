@@ -22,7 +22,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from problems.glm_kernels import _dphi_points, _phi
+from problems.glm_kernels import _dphi_points, _phi_points
 
 _jit = numba.njit(cache=True, nogil=True, error_model="numpy", fastmath={"contract"})
 _pjit = numba.njit(cache=True, nogil=True, error_model="numpy", fastmath={"contract"},
@@ -36,10 +36,12 @@ def _dphi_lanes(code, Zc, bb, n, inv):
 
 
 @_jit
-def _loss_lanes(code, Zc, bb, n, inv, W, lsum):
+def _loss_lanes(code, Zc, bb, n, inv, W, Lc, lsum):
+    for i in range(n):
+        Lc[i] = _phi_points(code, Zc[i], bb[i]) * inv
     for i in range(0, n, W):
         for r in range(W):
-            lsum[r] += _phi(code, Zc[i + r], bb[i + r]) * inv
+            lsum[r] += Lc[i + r]
 '''
 
 
@@ -55,7 +57,7 @@ def _kernel(W: int) -> str:
         "@_jit",
         f"def _node_{W}(indptr, indices, values, unit, PT, b, rows, lo, hi, code, with_loss, "
         "zero, Zc,",
-        f"{' ' * (10 + len(str(W)))}bb, g, lsum):",
+        f"{' ' * (10 + len(str(W)))}bb, Lc, g, lsum):",
         "    inv = 1.0 / (hi - lo)",
         f"    chunk = bb.size // {W}",
         "    for c0 in range(lo, hi, chunk):",
@@ -75,7 +77,7 @@ def _kernel(W: int) -> str:
     out += lines("Zc[q + {r}] = z{r}", 12)
     out += lines("bb[q + {r}] = bj", 12)
     out += [f"        n = (c1 - c0) * {W}", "        if with_loss:"]
-    out += [f"            _loss_lanes(code, Zc, bb, n, inv, {W}, lsum)"]
+    out += [f"            _loss_lanes(code, Zc, bb, n, inv, {W}, Lc, lsum)"]
     out += ["        _dphi_lanes(code, Zc, bb, n, inv)", "        for j in range(c0, c1):"]
     out += ["            row = rows[j]", "            p0, p1 = indptr[row], indptr[row + 1]"]
     out += [f"            q = (j - c0) * {W}"]
@@ -96,12 +98,13 @@ def _kernel(W: int) -> str:
         "    for i in numba.prange(ptr.size - 1):",
         f"        Zc = np.empty(chunk * {W}, dtype=PT.dtype)",
         f"        bb = np.empty(chunk * {W}, dtype=PT.dtype)",
+        f"        Lc = np.empty(chunk * {W}, dtype=np.float64)",
         "        g = out[i]",
         "        g[:] = zero",
         "        lsum = lout[i]",
         "        lsum[:] = zero",
         f"        _node_{W}(indptr, indices, values, unit, PT, b, rows, ptr[i], ptr[i + 1], code,",
-        f"{' ' * (len(str(W)) + 15)}with_loss, zero, Zc, bb, g, lsum)",
+        f"{' ' * (len(str(W)) + 15)}with_loss, zero, Zc, bb, Lc, g, lsum)",
     ]
     return "\n".join(out) + "\n"
 

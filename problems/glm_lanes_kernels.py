@@ -7,7 +7,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from problems.glm_kernels import _dphi_points, _phi
+from problems.glm_kernels import _dphi_points, _phi_points
 
 _jit = numba.njit(cache=True, nogil=True, error_model="numpy", fastmath={"contract"})
 _pjit = numba.njit(cache=True, nogil=True, error_model="numpy", fastmath={"contract"},
@@ -21,15 +21,17 @@ def _dphi_lanes(code, Zc, bb, n, inv):
 
 
 @_jit
-def _loss_lanes(code, Zc, bb, n, inv, W, lsum):
+def _loss_lanes(code, Zc, bb, n, inv, W, Lc, lsum):
+    for i in range(n):
+        Lc[i] = _phi_points(code, Zc[i], bb[i]) * inv
     for i in range(0, n, W):
         for r in range(W):
-            lsum[r] += _phi(code, Zc[i + r], bb[i + r]) * inv
+            lsum[r] += Lc[i + r]
 
 
 @_jit
 def _node_4(indptr, indices, values, unit, PT, b, rows, lo, hi, code, with_loss, zero, Zc,
-           bb, g, lsum):
+           bb, Lc, g, lsum):
     inv = 1.0 / (hi - lo)
     chunk = bb.size // 4
     for c0 in range(lo, hi, chunk):
@@ -68,7 +70,7 @@ def _node_4(indptr, indices, values, unit, PT, b, rows, lo, hi, code, with_loss,
             bb[q + 3] = bj
         n = (c1 - c0) * 4
         if with_loss:
-            _loss_lanes(code, Zc, bb, n, inv, 4, lsum)
+            _loss_lanes(code, Zc, bb, n, inv, 4, Lc, lsum)
         _dphi_lanes(code, Zc, bb, n, inv)
         for j in range(c0, c1):
             row = rows[j]
@@ -101,17 +103,18 @@ def points_4(indptr, indices, values, unit, b, rows, ptr, PT, code, with_loss, z
     for i in numba.prange(ptr.size - 1):
         Zc = np.empty(chunk * 4, dtype=PT.dtype)
         bb = np.empty(chunk * 4, dtype=PT.dtype)
+        Lc = np.empty(chunk * 4, dtype=np.float64)
         g = out[i]
         g[:] = zero
         lsum = lout[i]
         lsum[:] = zero
         _node_4(indptr, indices, values, unit, PT, b, rows, ptr[i], ptr[i + 1], code,
-                with_loss, zero, Zc, bb, g, lsum)
+                with_loss, zero, Zc, bb, Lc, g, lsum)
 
 
 @_jit
 def _node_8(indptr, indices, values, unit, PT, b, rows, lo, hi, code, with_loss, zero, Zc,
-           bb, g, lsum):
+           bb, Lc, g, lsum):
     inv = 1.0 / (hi - lo)
     chunk = bb.size // 8
     for c0 in range(lo, hi, chunk):
@@ -170,7 +173,7 @@ def _node_8(indptr, indices, values, unit, PT, b, rows, lo, hi, code, with_loss,
             bb[q + 7] = bj
         n = (c1 - c0) * 8
         if with_loss:
-            _loss_lanes(code, Zc, bb, n, inv, 8, lsum)
+            _loss_lanes(code, Zc, bb, n, inv, 8, Lc, lsum)
         _dphi_lanes(code, Zc, bb, n, inv)
         for j in range(c0, c1):
             row = rows[j]
@@ -215,17 +218,18 @@ def points_8(indptr, indices, values, unit, b, rows, ptr, PT, code, with_loss, z
     for i in numba.prange(ptr.size - 1):
         Zc = np.empty(chunk * 8, dtype=PT.dtype)
         bb = np.empty(chunk * 8, dtype=PT.dtype)
+        Lc = np.empty(chunk * 8, dtype=np.float64)
         g = out[i]
         g[:] = zero
         lsum = lout[i]
         lsum[:] = zero
         _node_8(indptr, indices, values, unit, PT, b, rows, ptr[i], ptr[i + 1], code,
-                with_loss, zero, Zc, bb, g, lsum)
+                with_loss, zero, Zc, bb, Lc, g, lsum)
 
 
 @_jit
 def _node_12(indptr, indices, values, unit, PT, b, rows, lo, hi, code, with_loss, zero, Zc,
-            bb, g, lsum):
+            bb, Lc, g, lsum):
     inv = 1.0 / (hi - lo)
     chunk = bb.size // 12
     for c0 in range(lo, hi, chunk):
@@ -304,7 +308,7 @@ def _node_12(indptr, indices, values, unit, PT, b, rows, lo, hi, code, with_loss
             bb[q + 11] = bj
         n = (c1 - c0) * 12
         if with_loss:
-            _loss_lanes(code, Zc, bb, n, inv, 12, lsum)
+            _loss_lanes(code, Zc, bb, n, inv, 12, Lc, lsum)
         _dphi_lanes(code, Zc, bb, n, inv)
         for j in range(c0, c1):
             row = rows[j]
@@ -361,17 +365,18 @@ def points_12(indptr, indices, values, unit, b, rows, ptr, PT, code, with_loss, 
     for i in numba.prange(ptr.size - 1):
         Zc = np.empty(chunk * 12, dtype=PT.dtype)
         bb = np.empty(chunk * 12, dtype=PT.dtype)
+        Lc = np.empty(chunk * 12, dtype=np.float64)
         g = out[i]
         g[:] = zero
         lsum = lout[i]
         lsum[:] = zero
         _node_12(indptr, indices, values, unit, PT, b, rows, ptr[i], ptr[i + 1], code,
-                 with_loss, zero, Zc, bb, g, lsum)
+                 with_loss, zero, Zc, bb, Lc, g, lsum)
 
 
 @_jit
 def _node_16(indptr, indices, values, unit, PT, b, rows, lo, hi, code, with_loss, zero, Zc,
-            bb, g, lsum):
+            bb, Lc, g, lsum):
     inv = 1.0 / (hi - lo)
     chunk = bb.size // 16
     for c0 in range(lo, hi, chunk):
@@ -470,7 +475,7 @@ def _node_16(indptr, indices, values, unit, PT, b, rows, lo, hi, code, with_loss
             bb[q + 15] = bj
         n = (c1 - c0) * 16
         if with_loss:
-            _loss_lanes(code, Zc, bb, n, inv, 16, lsum)
+            _loss_lanes(code, Zc, bb, n, inv, 16, Lc, lsum)
         _dphi_lanes(code, Zc, bb, n, inv)
         for j in range(c0, c1):
             row = rows[j]
@@ -539,9 +544,10 @@ def points_16(indptr, indices, values, unit, b, rows, ptr, PT, code, with_loss, 
     for i in numba.prange(ptr.size - 1):
         Zc = np.empty(chunk * 16, dtype=PT.dtype)
         bb = np.empty(chunk * 16, dtype=PT.dtype)
+        Lc = np.empty(chunk * 16, dtype=np.float64)
         g = out[i]
         g[:] = zero
         lsum = lout[i]
         lsum[:] = zero
         _node_16(indptr, indices, values, unit, PT, b, rows, ptr[i], ptr[i + 1], code,
-                 with_loss, zero, Zc, bb, g, lsum)
+                 with_loss, zero, Zc, bb, Lc, g, lsum)
