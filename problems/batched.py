@@ -8,6 +8,12 @@ layout: ``grad`` at the runs' ``R`` server points is one pass over the data for 
 (:meth:`problems.base.Problem.grad_points`, a product with ``R`` right-hand sides), and every
 other call is the original problem's, run by run.
 
+The runner's log rows need ``f`` and ``grad f`` at the runs' iterates. Where a step takes its
+gradients at the iterate it then logs (EF21), its own pass gives them (with the losses, when
+the runner says the next step is logged); where the next step takes them at the logged iterate
+(EF14), the log rows' pass gives that step its gradients. Either way a logged step costs one
+pass, not two, and the numbers are the same.
+
 ``exact=True`` computes every gradient as the single run does (one :meth:`grad` call per run):
 a batched run then equals the same run alone bit for bit; by default the one-pass product is
 used, equal to rounding (its sums run in another order).
@@ -33,6 +39,10 @@ class Tiled:
         self.exact = bool(exact)
         self.nodes = problem.nodes.repeat(self.runs)
         self._seen: tuple | None = None  # the last points of grad_points, with f and grad f
+        # the points of the last log rows' pass, with each node's gradient there: the next
+        # step's gradients when it takes them at these points (EF14 logs the iterate that its
+        # next step differentiates)
+        self._ahead: tuple | None = None
         # set by the runner when the next step is logged: the gradient pass then computes f too
         self.log_next = False
         self.x0 = problem.x0.expand(self.runs, problem.d).clone()
@@ -71,12 +81,17 @@ class Tiled:
             return b.grad(x, batch).repeat(self.runs, 1)
         if batch is None and not self.exact and x.dim() == 2 and x.shape[0] == self.runs:
             if x.shape[0] != self.m:
+                ahead, self._ahead = self._ahead, None
+                if ahead is not None and torch.equal(ahead[0], x):
+                    # the log rows' pass was at these points: its gradients, the same numbers
+                    self._seen = ahead if self.log_next else None
+                    return ahead[3].reshape(self.m, b.d)
                 if not (b.points_with_loss and self.log_next):
                     self._seen = None
                     return b.grad_points(x).reshape(self.m, b.d)
                 G, L = b.grad_points(x, with_loss=True)
                 # f and grad f at these points, kept for the log rows (all nodes are held)
-                self._seen = (x.detach().clone(), L.mean(dim=1), G.mean(dim=1))
+                self._seen = (x.detach().clone(), L.mean(dim=1), G.mean(dim=1), G)
                 return G.reshape(self.m, b.d)
         return torch.cat([b.grad(p, batch) for p in self._per_run(x)])
 
@@ -115,7 +130,10 @@ class Tiled:
             return seen[1][which], seen[2][which]  # the step's own gradient pass, at X
         if self.base.points_with_loss:
             G, L = self.base.grad_points(X, with_loss=True)
-            return L.mean(dim=1), G.mean(dim=1)
+            f, g = L.mean(dim=1), G.mean(dim=1)
+            if which == list(range(self.runs)):  # every run's point: the next step may use it
+                self._ahead = (X.detach().clone(), f, g, G)
+            return f, g
         return self.base.loss_grad_points(X)
 
     def __repr__(self) -> str:

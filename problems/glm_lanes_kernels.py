@@ -2,6 +2,7 @@
 :mod:`problems.glm_lanes_gen` (``python -m problems.glm_lanes_gen``); do not edit."""
 
 # fmt: off
+# built against glm_kernels.py 999f900efdd825be
 from __future__ import annotations
 
 import numba

@@ -329,3 +329,33 @@ def test_grad_points_through_torch_sparse_products_as_on_a_gpu():
     assert p._points_t["Bt"].layout == torch.sparse_csr and sp.issparse(p._points["Bt"])
     for a, b in ((G2, G3), (L2, L3), (f2, f3), (g2, g3)):
         assert torch.equal(a, b)
+
+
+def test_the_log_rows_pass_serves_the_next_steps_gradients_at_the_same_points(monkeypatch):
+    """EF14 logs the iterate that its next step differentiates: the log rows' pass (with the
+    losses) gives that step its gradients, the same numbers, and no second pass is made; at
+    other points, or for some of the runs only, the step makes its own pass."""
+    from problems.batched import Tiled
+
+    p = make_problem("logreg-nonconvex", dataset="synthetic", nodes=5, samples=500, features=20,
+                     density=0.4)  # fmt: skip
+    p.points_engine = "library"  # chosen: no measurement among the counted passes
+    tiled = Tiled(p, 3)
+    X = torch.randn(3, p.d, dtype=p.dtype) * 0.3
+    calls, original = [], p.grad_points
+
+    def counted(P, with_loss=False):
+        calls.append(with_loss)
+        return original(P, with_loss)
+
+    monkeypatch.setattr(p, "grad_points", counted)
+    f, g = tiled.evaluate_points(X, [0, 1, 2])
+    G = tiled.grad(X.clone())
+    assert calls == [True]
+    assert torch.equal(G, original(X).reshape(tiled.m, p.d))
+    assert torch.equal(g, original(X).mean(dim=1))
+    tiled.evaluate_points(X[:2], [0, 1])  # some of the runs: the step's own pass
+    tiled.grad(X)
+    tiled.evaluate_points(X, [0, 1, 2])  # other points: the step's own pass
+    tiled.grad(X + 1.0)
+    assert calls == [True, True, False, True, False]

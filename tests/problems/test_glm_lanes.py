@@ -78,9 +78,12 @@ def test_widths_round_up_to_a_kernel_and_stop_at_the_largest():
 
 
 def test_the_file_of_kernels_is_the_generators_output():
+    """Also after a change of ``glm_kernels.py``, whose helpers the kernels inline: numba's
+    cache would otherwise keep serving them as compiled before."""
     assert glm_lanes_gen.KERNELS.read_text() == glm_lanes_gen.source(), (
         "problems/glm_lanes_kernels.py is stale: run python -m problems.glm_lanes_gen"
     )
+    assert "glm_kernels.py" in glm_lanes_gen.source().splitlines()[4]
 
 
 def test_the_kernels_compile_with_slp_on_and_leave_the_setting_as_it_was(monkeypatch):
