@@ -107,6 +107,18 @@ class BatchedSimulatedComm(SimulatedComm):
         what a stop rule on bits reads after every step, for all runs at once."""
         return self.ledger.up.double().view(self.runs, self.n).mean(dim=1)
 
+    def bits_totals_of(self, which: list[int]) -> list[dict[str, float]]:
+        """The bit totals a history row reads (``bits_up``, ``bits_up_max``, ``bits_down``,
+        ``bits_down_max``) of the runs at positions ``which``, for all of them at once: the
+        numbers ``run_comm(r).bits_totals()`` gives (whole bit counts: their sums are exact,
+        so the means are the same in any order)."""
+        idx = torch.tensor(which, dtype=torch.long)
+        up = self.ledger.up.double().view(self.runs, self.n)[idx]
+        down = self.ledger.down.double().view(self.runs, self.n)[idx]
+        cols = [t.tolist() for t in (up.mean(1), up.amax(1), down.mean(1), down.amax(1))]
+        keys = ("bits_up", "bits_up_max", "bits_down", "bits_down_max")
+        return [dict(zip(keys, vals, strict=True)) for vals in zip(*cols, strict=True)]
+
     def run_comm(self, r: int) -> SimulatedComm:
         """Run ``r``'s own comm layer: its nodes' ledger (a copy), as a single run holds it."""
         one = SimulatedComm(self.n, seed=self.seed, float_bits=self.float_bits)

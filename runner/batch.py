@@ -202,12 +202,12 @@ def _loop(algo, cls, gammas, problem, runs, n, stop, write, announce, exact) -> 
             X = state.x[which]
             f, g = tiled.evaluate_points(X, which)
             gn = (g.double() ** 2).sum(dim=1)
+            every = comm.bits_totals_of(which)  # every run's at once
+            fs, gns = f.tolist(), gn.tolist()
             for k, p in enumerate(which):
                 run = runs[active[p]]
-                totals = comm.run_comm(p).bits_totals()
                 held = evaluate(state.x[p], with_grad=False) if evaluate is not None else None
-                row = log_row(t, float(f[k]), float(gn[k]), f_star, totals, run.wall,
-                              run.times, held)  # fmt: skip
+                row = log_row(t, fs[k], gns[k], f_star, every[k], run.wall, run.times, held)
                 row.update({key: _of_run(extras.get(key), p) for key in extras_keys})
                 run.history.add(row)
                 run.last = row

@@ -359,3 +359,18 @@ def test_the_log_rows_pass_serves_the_next_steps_gradients_at_the_same_points(mo
     tiled.evaluate_points(X, [0, 1, 2])  # other points: the step's own pass
     tiled.grad(X + 1.0)
     assert calls == [True, True, False, True, False]
+
+
+def test_the_batchs_bit_totals_of_all_runs_at_once_are_each_runs_own():
+    """The log rows read every run's bit totals in one pass over the ledger: the numbers each
+    run's own comm layer gives, for all runs or some, in the order asked."""
+    comm = BatchedSimulatedComm(5, 4, 0)
+    gen = torch.Generator().manual_seed(0)
+    comm.ledger.up += torch.randint(0, 2**40, (20,), generator=gen).to(comm.ledger.up.dtype)
+    comm.ledger.down += torch.randint(0, 2**20, (20,), generator=gen).to(comm.ledger.down.dtype)
+    for which in ([0, 1, 2, 3], [3, 1], [2]):
+        got = comm.bits_totals_of(which)
+        for k, r in enumerate(which):
+            want = comm.run_comm(r).bits_totals()
+            assert got[k] == {key: want[key] for key in got[k]}
+            assert set(got[k]) == {"bits_up", "bits_up_max", "bits_down", "bits_down_max"}
