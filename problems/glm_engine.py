@@ -82,10 +82,11 @@ def code_version(files=CODE) -> bytes:
 
 
 _VERSION = code_version()
-#: A measurement is memoised only below this 1-minute load average per core (see :func:`choose`).
-QUIET_LOAD = 0.5
-# ... and other processes busy on less than this share of the CPUs during the measurement
+#: A measurement is memoised only when other processes kept less than this share of the CPUs
+#: busy while it ran (see :func:`choose`) ...
 QUIET_SHARE = 0.1
+# ... or, where that cannot be read, below this 1-minute load average per core
+QUIET_LOAD = 0.5
 
 
 @functools.cache
@@ -289,27 +290,34 @@ def choose(
 ) -> tuple[str, int]:  # fmt: skip
     """The fastest of ``options`` on this machine and input: memoised (kind ``engine``,
     keyed by :func:`machine` and ``key_parts``), else measured. A measurement is memoised only
-    when the machine was quiet: load per core below ``QUIET_LOAD`` before and after it, and
-    other processes busy on less than ``QUIET_SHARE`` of the CPUs while it ran. One
-    taken while other work shares the cores ranks the engines by that moment's contention (a
-    two-thread engine can lose tenfold), so it serves this run and is taken again by the next
-    until a quiet one can be kept."""
+    when the machine was quiet while it ran: other processes busy on less than ``QUIET_SHARE``
+    of the CPUs (:func:`busy_elsewhere`, from ``/proc/stat``). Where that cannot be read, the
+    1-minute load average per core stands in for it: below ``QUIET_LOAD`` before and after.
+    The load average is not asked where the CPUs' own counts say they were free: it lags by a
+    minute, so a sweep's up-front check, started just after other work ended, measured on an
+    idle machine and memoised nothing, and every later sweep measured again (2 s on the four
+    LIBSVM sets). One taken while other work shares the cores ranks the engines by that
+    moment's contention (a two-thread engine can lose tenfold), so it serves this run and is
+    taken again by the next until a quiet one can be kept."""
     if len(options) == 1:
         return options[0]
     k = cache.key(machine(), *key_parts, repr(options), version=_VERSION)
     fields = {"choice": "i", "seconds": "f"}
     got = cache.load("engine", k, fields)
     if got is None:
-        quiet = load_per_core() < QUIET_LOAD
+        calm = load_per_core() < QUIET_LOAD
         clock = cpu_clock()
         times = measure(options, apply)
-        quiet = quiet and busy_elsewhere(clock) < QUIET_SHARE
+        if clock is not None:
+            quiet = busy_elsewhere(clock) < QUIET_SHARE
+        else:
+            quiet = calm and load_per_core() < QUIET_LOAD
         ranked = sorted(times, key=times.get)
         got = {
             "choice": np.array(options.index(ranked[0])),
             "seconds": np.array([times.get(o, np.inf) for o in options]),
         }
-        if quiet and load_per_core() < QUIET_LOAD:
+        if quiet:
             cache.store("engine", k, got)
         else:
             log.info("engine measured on a loaded machine: used for this run, not memoised")

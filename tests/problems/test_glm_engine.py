@@ -81,19 +81,28 @@ def test_a_loaded_machine_measures_but_memoises_nothing(monkeypatch):
         return fake
 
     monkeypatch.setattr(glm_engine, "measure", measure)
-    monkeypatch.setattr(glm_engine, "load_per_core", lambda: 0.9)
     options = list(fake)
+    # where /proc/stat cannot be read, the load average decides
+    monkeypatch.setattr(glm_engine, "cpu_clock", lambda: None)
+    monkeypatch.setattr(glm_engine, "load_per_core", lambda: 0.9)
     assert glm_engine.choose(("loaded-input",), options, None) == ("csr-scipy", 1)
     assert glm_engine.choose(("loaded-input",), options, None) == ("csr-scipy", 1)
     assert len(calls) == 2  # measured each time, kept by none
     monkeypatch.setattr(glm_engine, "load_per_core", lambda: 0.1)
+    glm_engine.choose(("loaded-input-2",), options, None)
+    glm_engine.choose(("loaded-input-2",), options, None)
+    assert len(calls) == 3  # quiet: measured once, then read from the memo
+    # where it can, the CPUs' own counts during the measurement decide, not the load average
+    monkeypatch.setattr(glm_engine, "cpu_clock", lambda: (0.0, 0.0, 0.0))
     monkeypatch.setattr(glm_engine, "busy_elsewhere", lambda since: 0.6)  # a run beside it
     glm_engine.choose(("loaded-input",), options, None)
-    assert len(calls) == 3  # the load average was low, but another process took the CPUs
+    glm_engine.choose(("loaded-input",), options, None)
+    assert len(calls) == 5  # the load average was low, but another process took the CPUs
+    monkeypatch.setattr(glm_engine, "load_per_core", lambda: 0.9)  # lagging after other work
     monkeypatch.setattr(glm_engine, "busy_elsewhere", lambda since: 0.0)
     glm_engine.choose(("loaded-input",), options, None)
     glm_engine.choose(("loaded-input",), options, None)
-    assert len(calls) == 4  # quiet: measured once more, then read from the memo
+    assert len(calls) == 6  # the CPUs were free: measured once more, then read from the memo
 
 
 def test_busy_elsewhere_sees_another_process_on_the_cpus():
