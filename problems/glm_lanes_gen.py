@@ -58,6 +58,15 @@ def _kernel(W: int) -> str:
     def lines(fmt: str, indent: int) -> list[str]:
         return [" " * indent + fmt.format(r=r) for r in L]
 
+    def entries(unit: str, valued: str) -> list[str]:
+        """The loop over a row's stored entries, ``unit`` per lane on binary rows, ``valued``
+        (with the entry's value ``v``) otherwise."""
+        head = [" " * 16 + "for p in range(p0, p1):", " " * 20 + f"o = indices[p] * {W}"]
+        return [
+            "            if unit:", *head, *lines(unit, 20),
+            "            else:", *head, "                    v = values[p]", *lines(valued, 20),
+        ]  # fmt: skip
+
     out = [
         "",
         "",
@@ -74,12 +83,7 @@ def _kernel(W: int) -> str:
         "            p0, p1 = indptr[row], indptr[row + 1]",
     ]
     out += lines("z{r} = zero", 12)
-    out += ["            if unit:", "                for p in range(p0, p1):"]
-    out += [f"                    o = indices[p] * {W}"]
-    out += lines("z{r} += PT[o + {r}]", 20)
-    out += ["            else:", "                for p in range(p0, p1):"]
-    out += [f"                    o = indices[p] * {W}", "                    v = values[p]"]
-    out += lines("z{r} += v * PT[o + {r}]", 20)
+    out += entries("z{r} += PT[o + {r}]", "z{r} += v * PT[o + {r}]")
     out += [f"            q = (j - c0) * {W}", "            bj = b[row]"]
     out += lines("Zc[q + {r}] = z{r}", 12)
     out += lines("bb[q + {r}] = bj", 12)
@@ -89,12 +93,7 @@ def _kernel(W: int) -> str:
     out += ["            row = rows[j]", "            p0, p1 = indptr[row], indptr[row + 1]"]
     out += [f"            q = (j - c0) * {W}"]
     out += lines("z{r} = Zc[q + {r}]", 12)
-    out += ["            if unit:", "                for p in range(p0, p1):"]
-    out += [f"                    o = indices[p] * {W}"]
-    out += lines("g[o + {r}] += z{r}", 20)
-    out += ["            else:", "                for p in range(p0, p1):"]
-    out += [f"                    o = indices[p] * {W}", "                    v = values[p]"]
-    out += lines("g[o + {r}] += v * z{r}", 20)
+    out += entries("g[o + {r}] += z{r}", "g[o + {r}] += v * z{r}")
     out += [
         "",
         "",
