@@ -7,8 +7,9 @@ products (SciPy's, torch's) are scalar loops of the same kind. Here each width `
 own kernel, written out with ``W`` scalar accumulators: a row's ``W`` margins stay in registers
 while its entries stream past, and LLVM's SLP vectoriser packs the ``W`` adds of an entry into
 a few vector instructions. SLP is off by default in numba (it once miscompiled some code), so
-these kernels, and only these, are compiled with it on (:func:`_compile`); a test checks them
-against the generic kernel on every width: the gradients bit for bit, the losses to 4 ulps.
+these kernels, and only these, are compiled with it on (:func:`streams.compiled.
+compile_vectorised`); a test checks them against the generic kernel on every width: the
+gradients bit for bit, the losses to 4 ulps.
 
 Per node, rows go in chunks of :data:`CHUNK` rows: the chunk's ``W`` margins per row, then
 ``phi'`` of all of them in one loop the loop vectoriser handles (:func:`problems.glm_kernels.
@@ -37,7 +38,7 @@ from __future__ import annotations
 
 import torch
 
-from streams.compiled import launch, numba
+from streams.compiled import compile_vectorised, launch, numba
 
 __all__ = ["MAX_WIDTH", "WIDTHS", "available", "grad_points", "width"]
 
@@ -59,33 +60,9 @@ def available(R: int, dtype: torch.dtype, device: torch.device) -> bool:
     return numba is not None and device.type == "cpu" and dtype in DTYPES and width(R) is not None
 
 
-#: ``(width, argument dtypes)`` whose kernel :func:`_compile` has made ready in this process: a
-#: look-up here instead of numba's typing of 14 arguments (0.3 ms a call)
+#: ``(width, argument dtypes)`` whose kernel is ready in this process: a look-up here instead of
+#: numba's typing of 14 arguments (0.3 ms a call)
 _READY: set[tuple] = set()
-
-
-def _compile(kernel, args: tuple) -> None:
-    """Compile ``kernel`` for ``args`` with LLVM's SLP vectoriser on (or load it from numba's
-    cache, where it was compiled so before), holding numba's compiler lock so that no other
-    function is compiled meanwhile with the setting. Compiling a parallel kernel starts
-    numba's threading layer, which sets torch's thread count to numba's (two runs of one
-    thread each then ran on two threads each: 6x slower on 2 cores); the count is put back."""
-    sig = tuple(numba.typeof(a) for a in args)
-    if sig in kernel.overloads:
-        return
-    from numba.core import config
-    from numba.core.compiler_lock import global_compiler_lock
-
-    want = torch.get_num_threads()
-    with global_compiler_lock:
-        old = config.SLP_VECTORIZE
-        config.SLP_VECTORIZE = 1
-        try:
-            kernel.compile(sig)
-        finally:
-            config.SLP_VECTORIZE = old
-            if torch.get_num_threads() != want:
-                torch.set_num_threads(want)
 
 
 def grad_points(
@@ -112,7 +89,7 @@ def grad_points(
     kernel = getattr(K, f"points_{W}")
     ready = (W, indices.dtype, values.dtype, args[4].dtype, args[7].dtype)
     if ready not in _READY:
-        _compile(kernel, args)
+        compile_vectorised(kernel, args)
         _READY.add(ready)
     launch(kernel, *args)
     return out.view(m, d, W)[:, :, :R], lout[:, :R]

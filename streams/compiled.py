@@ -9,7 +9,9 @@ optional: without it :data:`ENABLED` is False and the torch form is used.
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Iterator
 
 import numpy as np
 import torch
@@ -19,7 +21,17 @@ try:
 except ImportError:  # pragma: no cover - numba is a declared dependency
     numba = None
 
-__all__ = ["ENABLED", "bits64", "derive", "heap_subset", "launch", "numba", "subset", "uniform"]
+__all__ = [
+    "ENABLED",
+    "bits64",
+    "compile_vectorised",
+    "derive",
+    "heap_subset",
+    "launch",
+    "numba",
+    "subset",
+    "uniform",
+]
 
 ENABLED = numba is not None
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
@@ -55,22 +67,56 @@ def launch(kernel, *args, serial=None) -> None:
     ``serial``: the kernel's one-thread twin (the same rows, one after the other), called
     directly where the work would run on one thread: no lock, no thread set-up, and none of a
     parallel kernel's fixed cost (Top-K of 20 x 112 entries: 4.0 -> 2.6 us)."""
-    global _layer_set
     work = max((a.size for a in args if isinstance(a, np.ndarray)), default=0)
     if serial is not None and work < SERIAL_BELOW:
         serial(*args)
         return
-    with _LOCK:
-        if not _layer_set:
-            numba.config.THREADING_LAYER_PRIORITY = ["omp", "workqueue", "tbb"]
-            _layer_set = True
-        want = torch.get_num_threads()
+    with _LOCK, _torch_threads_kept() as want:
         threads = 1 if work < SERIAL_BELOW else max(1, min(want, numba.config.NUMBA_NUM_THREADS))
         if numba.get_num_threads() != threads:
             numba.set_num_threads(threads)
         kernel(*args)
+
+
+@contextlib.contextmanager
+def _torch_threads_kept() -> Iterator[int]:
+    """Under ``_LOCK``: numba's threading layer chosen (OpenMP first) before its first start,
+    and torch's thread count (given to the body) put back after it. Starting the layer, at a
+    parallel kernel's first call or compilation, sets torch's count to numba's: a sweep's
+    one-thread runs then ran on two threads each (two w8a batches side by side: 82 s each
+    instead of 14)."""
+    global _layer_set
+    if not _layer_set:
+        numba.config.THREADING_LAYER_PRIORITY = ["omp", "workqueue", "tbb"]
+        _layer_set = True
+    want = torch.get_num_threads()
+    try:
+        yield want
+    finally:
         if torch.get_num_threads() != want:
             torch.set_num_threads(want)
+
+
+def compile_vectorised(kernel, args: tuple) -> None:
+    """Compile ``kernel`` for ``args`` with LLVM's SLP vectoriser on (or load it from numba's
+    cache, where it was compiled so before): numba leaves SLP off (it once miscompiled some
+    code), and kernels whose inner statements are written out lane by lane need it to become
+    vector instructions (:mod:`problems.glm_lanes`). Numba's compiler lock is held, so no other
+    function is compiled meanwhile with the setting, and the setting is restored; so is torch's
+    thread count, as :func:`launch` keeps it."""
+    sig = tuple(numba.typeof(a) for a in args)
+    if sig in kernel.overloads:
+        return
+    from numba.core import config
+    from numba.core.compiler_lock import global_compiler_lock
+
+    with _LOCK, _torch_threads_kept(), global_compiler_lock:
+        old = config.SLP_VECTORIZE
+        config.SLP_VECTORIZE = 1
+        try:
+            kernel.compile(sig)
+        finally:
+            config.SLP_VECTORIZE = old
 
 
 def bits64(keys: torch.Tensor, count: int) -> torch.Tensor:

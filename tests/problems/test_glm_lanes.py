@@ -10,6 +10,7 @@ import scipy.sparse as sp
 import torch
 
 from problems import glm_kernels, glm_lanes, glm_lanes_gen
+from streams import compiled
 
 pytestmark = pytest.mark.skipif(not glm_lanes.available(4, torch.float64, torch.device("cpu")),
                                 reason="numba is not installed")  # fmt: skip
@@ -98,7 +99,7 @@ def test_the_kernels_compile_with_slp_on_and_leave_the_setting_as_it_was(monkeyp
             seen.append((config.SLP_VECTORIZE, sig))
 
     before = config.SLP_VECTORIZE
-    glm_lanes._compile(Kernel(), (np.zeros(3), True, 2))
+    compiled.compile_vectorised(Kernel(), (np.zeros(3), True, 2))
     assert [s for s, _ in seen] == [1] and config.SLP_VECTORIZE == before
     assert len(seen[0][1]) == 3
 
@@ -107,7 +108,7 @@ def test_the_kernels_compile_with_slp_on_and_leave_the_setting_as_it_was(monkeyp
             raise RuntimeError("no")
 
     with pytest.raises(RuntimeError):
-        glm_lanes._compile(Failing(), (np.zeros(3),))
+        compiled.compile_vectorised(Failing(), (np.zeros(3),))
     assert config.SLP_VECTORIZE == before
 
 
@@ -123,7 +124,7 @@ def test_compiling_a_kernel_leaves_torchs_thread_count_as_it_was():
             torch.set_num_threads(before + 1)
 
     try:
-        glm_lanes._compile(Kernel(), (np.zeros(3),))
+        compiled.compile_vectorised(Kernel(), (np.zeros(3),))
         assert torch.get_num_threads() == before
     finally:
         torch.set_num_threads(before)
