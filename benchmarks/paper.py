@@ -227,6 +227,7 @@ def time_touch(problem, steps: int) -> float:
 
 
 if numba is not None:
+    from problems.glm_kernels import _u  # unsigned indices, as the kernels index
 
     @numba.njit(cache=True, nogil=True, parallel=True)
     def _touch_csr(indptr, indices, values, unit, ptr, X, out):
@@ -235,16 +236,17 @@ if numba is not None:
             g[:] = 0
             for row in range(ptr[i], ptr[i + 1]):
                 s = x[0] * 0
+                p0, p1 = _u(indptr[row]), _u(indptr[row + 1])
                 if unit:
-                    for p in range(indptr[row], indptr[row + 1]):
-                        s += x[indices[p]]
-                    for p in range(indptr[row], indptr[row + 1]):
-                        g[indices[p]] += s
+                    for p in range(p0, p1):
+                        s += x[_u(indices[p])]
+                    for p in range(p0, p1):
+                        g[_u(indices[p])] += s
                 else:
-                    for p in range(indptr[row], indptr[row + 1]):
-                        s += values[p] * x[indices[p]]
-                    for p in range(indptr[row], indptr[row + 1]):
-                        g[indices[p]] += s * values[p]
+                    for p in range(p0, p1):
+                        s += values[p] * x[_u(indices[p])]
+                    for p in range(p0, p1):
+                        g[_u(indices[p])] += s * values[p]
 
     @numba.njit(cache=True, nogil=True, parallel=True, fastmath={"reassoc", "contract"})
     def _touch_dense(A, ptr, X, out):

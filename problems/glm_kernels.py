@@ -165,6 +165,16 @@ else:  # pragma: no cover
 
 
 @_inline
+def _u(i):
+    """``i`` (a position, never negative) as an unsigned integer: numba wraps a signed index
+    around when it is negative (a shift, an and and an add per access), an unsigned one it
+    takes as it is. In the sparse loops, which index twice per stored entry, that wrap-around
+    was a third of the time (mushrooms, the full gradient, float64: 0.22 -> 0.12 ms; the same
+    numbers, bit for bit)."""
+    return np.uint64(i)
+
+
+@_inline
 def _dphi(code, z, b):
     """``phi'(z, b)``: logistic ``-b sigmoid(-b z) = -b / (1 + exp(b z))`` (an overflow of
     ``exp`` gives the limit 0: the kernels keep IEEE infinities), squared ``z - b``, or
@@ -399,33 +409,33 @@ def _sparse_node(indptr, indices, values, unit, b, rows, lo, hi, x, y, diff, r, 
             row = rows[j]
             p0, p1 = indptr[row], indptr[row + 1]
             s = zero
-            for p in range(p0, p1):
-                s += x[indices[p]]
+            for p in range(_u(p0), _u(p1)):
+                s += x[_u(indices[p])]
             s = _dphi(code, s, b[row])
             if diff:
                 t = zero
-                for p in range(p0, p1):
-                    t += y[indices[p]]
+                for p in range(_u(p0), _u(p1)):
+                    t += y[_u(indices[p])]
                 s -= _dphi(code, t, b[row])
             s = s * inv
-            for p in range(p0, p1):
-                g[indices[p]] += s
+            for p in range(_u(p0), _u(p1)):
+                g[_u(indices[p])] += s
     else:
         for j in range(lo, hi):
             row = rows[j]
             p0, p1 = indptr[row], indptr[row + 1]
             s = zero
-            for p in range(p0, p1):
-                s += values[p] * x[indices[p]]
+            for p in range(_u(p0), _u(p1)):
+                s += values[p] * x[_u(indices[p])]
             s = _dphi(code, s, b[row])
             if diff:
                 t = zero
-                for p in range(p0, p1):
-                    t += values[p] * y[indices[p]]
+                for p in range(_u(p0), _u(p1)):
+                    t += values[p] * y[_u(indices[p])]
                 s -= _dphi(code, t, b[row])
             s = s * inv
-            for p in range(p0, p1):
-                g[indices[p]] += s * values[p]
+            for p in range(_u(p0), _u(p1)):
+                g[_u(indices[p])] += s * values[p]
 
 
 @_spjit
@@ -454,14 +464,14 @@ def _sparse_margins(indptr, indices, values, unit, rows, ptr, X, x_shared, zero,
         if unit:
             for j in range(ptr[i], ptr[i + 1]):
                 row, s = rows[j], zero
-                for p in range(indptr[row], indptr[row + 1]):
-                    s += x[indices[p]]
+                for p in range(_u(indptr[row]), _u(indptr[row + 1])):
+                    s += x[_u(indices[p])]
                 z[j] = s
         else:
             for j in range(ptr[i], ptr[i + 1]):
                 row, s = rows[j], zero
-                for p in range(indptr[row], indptr[row + 1]):
-                    s += values[p] * x[indices[p]]
+                for p in range(_u(indptr[row]), _u(indptr[row + 1])):
+                    s += values[p] * x[_u(indices[p])]
                 z[j] = s
 
 
@@ -514,13 +524,13 @@ def _sparse_points_node(indptr, indices, values, unit, b, rows, lo, hi, PT, code
         p0, p1 = indptr[row], indptr[row + 1]
         z[:] = zero
         if unit:
-            for p in range(p0, p1):
-                q = PT[indices[p]]  # the coordinate's values at the R points, side by side
+            for p in range(_u(p0), _u(p1)):
+                q = PT[_u(indices[p])]  # the coordinate's values at the R points, side by side
                 for r in range(R):
                     z[r] += q[r]
         else:
-            for p in range(p0, p1):
-                q, v = PT[indices[p]], values[p]
+            for p in range(_u(p0), _u(p1)):
+                q, v = PT[_u(indices[p])], values[p]
                 for r in range(R):
                     z[r] += v * q[r]
         if with_loss:
@@ -529,13 +539,13 @@ def _sparse_points_node(indptr, indices, values, unit, b, rows, lo, hi, PT, code
         for r in range(R):
             z[r] = _dphi_points(code, z[r], b[row]) * inv
         if unit:
-            for p in range(p0, p1):
-                q = g[indices[p]]
+            for p in range(_u(p0), _u(p1)):
+                q = g[_u(indices[p])]
                 for r in range(R):
                     q[r] += z[r]
         else:
-            for p in range(p0, p1):
-                q, v = g[indices[p]], values[p]
+            for p in range(_u(p0), _u(p1)):
+                q, v = g[_u(indices[p])], values[p]
                 for r in range(R):
                     q[r] += v * z[r]
 

@@ -22,10 +22,12 @@ with reassociation, reorders the loss's polynomial. The loss itself has no libra
 the losses 5.1 ms against 3.5 without (with ``math.log1p``: 7.7).
 
 Measured through ``GLM.grad_points`` on a 2-core AMD EPYC, one thread, ``R = 12``,
-float64 (ms; the generic kernel, then the fastest library engine, in brackets): mushrooms 0.97
-(2.08; torch's sparse 1.13), phishing 1.37 (5.29; torch's sparse 1.60), a9a 2.20 (5.85; torch's
-sparse 3.04), w8a 3.67 (8.65; torch's sparse 4.67). The engine is still chosen by measurement
-(:meth:`problems.glm.GLM._choose_points_engine`, engine ``lanes``).
+float64 (ms; the generic kernel, then the fastest library engine, in brackets): mushrooms 0.58
+(1.77; torch's sparse 0.97), phishing 1.00 (3.05; torch's sparse 1.76), a9a 1.78 (5.44; torch's
+sparse 3.20), w8a 3.10 (7.53; torch's sparse 5.05). The entries are indexed unsigned
+(:func:`problems.glm_kernels._u`; with signed indices: 0.97, 1.37, 2.20 and 3.67). The engine
+is still chosen by measurement (:meth:`problems.glm.GLM._choose_points_engine`, engine
+``lanes``).
 
 Widths are multiples of 4 up to :data:`MAX_WIDTH` (each width costs about 2 s to compile, once
 per machine: numba caches it); ``R`` points run on the next width up, the lanes beyond ``R``

@@ -29,7 +29,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from problems.glm_kernels import _dphi_points, _phi_points
+from problems.glm_kernels import _dphi_points, _phi_points, _u
 
 _jit = numba.njit(cache=True, nogil=True, error_model="numpy", fastmath={"contract"})
 _pjit = numba.njit(cache=True, nogil=True, error_model="numpy", fastmath={"contract"},
@@ -61,7 +61,8 @@ def _kernel(W: int) -> str:
     def entries(unit: str, valued: str) -> list[str]:
         """The loop over a row's stored entries, ``unit`` per lane on binary rows, ``valued``
         (with the entry's value ``v``) otherwise."""
-        head = [" " * 16 + "for p in range(p0, p1):", " " * 20 + f"o = indices[p] * {W}"]
+        head = [" " * 16 + "for p in range(_u(p0), _u(p1)):"]
+        head += [" " * 20 + f"o = _u(indices[p]) * _u({W})"]
         return [
             "            if unit:", *head, *lines(unit, 20),
             "            else:", *head, "                    v = values[p]", *lines(valued, 20),
@@ -83,7 +84,7 @@ def _kernel(W: int) -> str:
         "            p0, p1 = indptr[row], indptr[row + 1]",
     ]
     out += lines("z{r} = zero", 12)
-    out += entries("z{r} += PT[o + {r}]", "z{r} += v * PT[o + {r}]")
+    out += entries("z{r} += PT[o + _u({r})]", "z{r} += v * PT[o + _u({r})]")
     out += [f"            q = (j - c0) * {W}", "            bj = b[row]"]
     out += lines("Zc[q + {r}] = z{r}", 12)
     out += lines("bb[q + {r}] = bj", 12)
@@ -93,7 +94,7 @@ def _kernel(W: int) -> str:
     out += ["            row = rows[j]", "            p0, p1 = indptr[row], indptr[row + 1]"]
     out += [f"            q = (j - c0) * {W}"]
     out += lines("z{r} = Zc[q + {r}]", 12)
-    out += entries("g[o + {r}] += z{r}", "g[o + {r}] += v * z{r}")
+    out += entries("g[o + _u({r})] += z{r}", "g[o + _u({r})] += v * z{r}")
     out += [
         "",
         "",

@@ -2,13 +2,13 @@
 :mod:`problems.glm_lanes_gen` (``python -m problems.glm_lanes_gen``); do not edit."""
 
 # fmt: off
-# built against glm_kernels.py 999f900efdd825be
+# built against glm_kernels.py 2d9f281c61cfaa48
 from __future__ import annotations
 
 import numba
 import numpy as np
 
-from problems.glm_kernels import _dphi_points, _phi_points
+from problems.glm_kernels import _dphi_points, _phi_points, _u
 
 _jit = numba.njit(cache=True, nogil=True, error_model="numpy", fastmath={"contract"})
 _pjit = numba.njit(cache=True, nogil=True, error_model="numpy", fastmath={"contract"},
@@ -45,20 +45,20 @@ def _node_4(indptr, indices, values, unit, PT, b, rows, lo, hi, code, with_loss,
             z2 = zero
             z3 = zero
             if unit:
-                for p in range(p0, p1):
-                    o = indices[p] * 4
-                    z0 += PT[o + 0]
-                    z1 += PT[o + 1]
-                    z2 += PT[o + 2]
-                    z3 += PT[o + 3]
+                for p in range(_u(p0), _u(p1)):
+                    o = _u(indices[p]) * _u(4)
+                    z0 += PT[o + _u(0)]
+                    z1 += PT[o + _u(1)]
+                    z2 += PT[o + _u(2)]
+                    z3 += PT[o + _u(3)]
             else:
-                for p in range(p0, p1):
-                    o = indices[p] * 4
+                for p in range(_u(p0), _u(p1)):
+                    o = _u(indices[p]) * _u(4)
                     v = values[p]
-                    z0 += v * PT[o + 0]
-                    z1 += v * PT[o + 1]
-                    z2 += v * PT[o + 2]
-                    z3 += v * PT[o + 3]
+                    z0 += v * PT[o + _u(0)]
+                    z1 += v * PT[o + _u(1)]
+                    z2 += v * PT[o + _u(2)]
+                    z3 += v * PT[o + _u(3)]
             q = (j - c0) * 4
             bj = b[row]
             Zc[q + 0] = z0
@@ -82,20 +82,20 @@ def _node_4(indptr, indices, values, unit, PT, b, rows, lo, hi, code, with_loss,
             z2 = Zc[q + 2]
             z3 = Zc[q + 3]
             if unit:
-                for p in range(p0, p1):
-                    o = indices[p] * 4
-                    g[o + 0] += z0
-                    g[o + 1] += z1
-                    g[o + 2] += z2
-                    g[o + 3] += z3
+                for p in range(_u(p0), _u(p1)):
+                    o = _u(indices[p]) * _u(4)
+                    g[o + _u(0)] += z0
+                    g[o + _u(1)] += z1
+                    g[o + _u(2)] += z2
+                    g[o + _u(3)] += z3
             else:
-                for p in range(p0, p1):
-                    o = indices[p] * 4
+                for p in range(_u(p0), _u(p1)):
+                    o = _u(indices[p]) * _u(4)
                     v = values[p]
-                    g[o + 0] += v * z0
-                    g[o + 1] += v * z1
-                    g[o + 2] += v * z2
-                    g[o + 3] += v * z3
+                    g[o + _u(0)] += v * z0
+                    g[o + _u(1)] += v * z1
+                    g[o + _u(2)] += v * z2
+                    g[o + _u(3)] += v * z3
 
 
 @_pjit
@@ -132,28 +132,28 @@ def _node_8(indptr, indices, values, unit, PT, b, rows, lo, hi, code, with_loss,
             z6 = zero
             z7 = zero
             if unit:
-                for p in range(p0, p1):
-                    o = indices[p] * 8
-                    z0 += PT[o + 0]
-                    z1 += PT[o + 1]
-                    z2 += PT[o + 2]
-                    z3 += PT[o + 3]
-                    z4 += PT[o + 4]
-                    z5 += PT[o + 5]
-                    z6 += PT[o + 6]
-                    z7 += PT[o + 7]
+                for p in range(_u(p0), _u(p1)):
+                    o = _u(indices[p]) * _u(8)
+                    z0 += PT[o + _u(0)]
+                    z1 += PT[o + _u(1)]
+                    z2 += PT[o + _u(2)]
+                    z3 += PT[o + _u(3)]
+                    z4 += PT[o + _u(4)]
+                    z5 += PT[o + _u(5)]
+                    z6 += PT[o + _u(6)]
+                    z7 += PT[o + _u(7)]
             else:
-                for p in range(p0, p1):
-                    o = indices[p] * 8
+                for p in range(_u(p0), _u(p1)):
+                    o = _u(indices[p]) * _u(8)
                     v = values[p]
-                    z0 += v * PT[o + 0]
-                    z1 += v * PT[o + 1]
-                    z2 += v * PT[o + 2]
-                    z3 += v * PT[o + 3]
-                    z4 += v * PT[o + 4]
-                    z5 += v * PT[o + 5]
-                    z6 += v * PT[o + 6]
-                    z7 += v * PT[o + 7]
+                    z0 += v * PT[o + _u(0)]
+                    z1 += v * PT[o + _u(1)]
+                    z2 += v * PT[o + _u(2)]
+                    z3 += v * PT[o + _u(3)]
+                    z4 += v * PT[o + _u(4)]
+                    z5 += v * PT[o + _u(5)]
+                    z6 += v * PT[o + _u(6)]
+                    z7 += v * PT[o + _u(7)]
             q = (j - c0) * 8
             bj = b[row]
             Zc[q + 0] = z0
@@ -189,28 +189,28 @@ def _node_8(indptr, indices, values, unit, PT, b, rows, lo, hi, code, with_loss,
             z6 = Zc[q + 6]
             z7 = Zc[q + 7]
             if unit:
-                for p in range(p0, p1):
-                    o = indices[p] * 8
-                    g[o + 0] += z0
-                    g[o + 1] += z1
-                    g[o + 2] += z2
-                    g[o + 3] += z3
-                    g[o + 4] += z4
-                    g[o + 5] += z5
-                    g[o + 6] += z6
-                    g[o + 7] += z7
+                for p in range(_u(p0), _u(p1)):
+                    o = _u(indices[p]) * _u(8)
+                    g[o + _u(0)] += z0
+                    g[o + _u(1)] += z1
+                    g[o + _u(2)] += z2
+                    g[o + _u(3)] += z3
+                    g[o + _u(4)] += z4
+                    g[o + _u(5)] += z5
+                    g[o + _u(6)] += z6
+                    g[o + _u(7)] += z7
             else:
-                for p in range(p0, p1):
-                    o = indices[p] * 8
+                for p in range(_u(p0), _u(p1)):
+                    o = _u(indices[p]) * _u(8)
                     v = values[p]
-                    g[o + 0] += v * z0
-                    g[o + 1] += v * z1
-                    g[o + 2] += v * z2
-                    g[o + 3] += v * z3
-                    g[o + 4] += v * z4
-                    g[o + 5] += v * z5
-                    g[o + 6] += v * z6
-                    g[o + 7] += v * z7
+                    g[o + _u(0)] += v * z0
+                    g[o + _u(1)] += v * z1
+                    g[o + _u(2)] += v * z2
+                    g[o + _u(3)] += v * z3
+                    g[o + _u(4)] += v * z4
+                    g[o + _u(5)] += v * z5
+                    g[o + _u(6)] += v * z6
+                    g[o + _u(7)] += v * z7
 
 
 @_pjit
@@ -251,36 +251,36 @@ def _node_12(indptr, indices, values, unit, PT, b, rows, lo, hi, code, with_loss
             z10 = zero
             z11 = zero
             if unit:
-                for p in range(p0, p1):
-                    o = indices[p] * 12
-                    z0 += PT[o + 0]
-                    z1 += PT[o + 1]
-                    z2 += PT[o + 2]
-                    z3 += PT[o + 3]
-                    z4 += PT[o + 4]
-                    z5 += PT[o + 5]
-                    z6 += PT[o + 6]
-                    z7 += PT[o + 7]
-                    z8 += PT[o + 8]
-                    z9 += PT[o + 9]
-                    z10 += PT[o + 10]
-                    z11 += PT[o + 11]
+                for p in range(_u(p0), _u(p1)):
+                    o = _u(indices[p]) * _u(12)
+                    z0 += PT[o + _u(0)]
+                    z1 += PT[o + _u(1)]
+                    z2 += PT[o + _u(2)]
+                    z3 += PT[o + _u(3)]
+                    z4 += PT[o + _u(4)]
+                    z5 += PT[o + _u(5)]
+                    z6 += PT[o + _u(6)]
+                    z7 += PT[o + _u(7)]
+                    z8 += PT[o + _u(8)]
+                    z9 += PT[o + _u(9)]
+                    z10 += PT[o + _u(10)]
+                    z11 += PT[o + _u(11)]
             else:
-                for p in range(p0, p1):
-                    o = indices[p] * 12
+                for p in range(_u(p0), _u(p1)):
+                    o = _u(indices[p]) * _u(12)
                     v = values[p]
-                    z0 += v * PT[o + 0]
-                    z1 += v * PT[o + 1]
-                    z2 += v * PT[o + 2]
-                    z3 += v * PT[o + 3]
-                    z4 += v * PT[o + 4]
-                    z5 += v * PT[o + 5]
-                    z6 += v * PT[o + 6]
-                    z7 += v * PT[o + 7]
-                    z8 += v * PT[o + 8]
-                    z9 += v * PT[o + 9]
-                    z10 += v * PT[o + 10]
-                    z11 += v * PT[o + 11]
+                    z0 += v * PT[o + _u(0)]
+                    z1 += v * PT[o + _u(1)]
+                    z2 += v * PT[o + _u(2)]
+                    z3 += v * PT[o + _u(3)]
+                    z4 += v * PT[o + _u(4)]
+                    z5 += v * PT[o + _u(5)]
+                    z6 += v * PT[o + _u(6)]
+                    z7 += v * PT[o + _u(7)]
+                    z8 += v * PT[o + _u(8)]
+                    z9 += v * PT[o + _u(9)]
+                    z10 += v * PT[o + _u(10)]
+                    z11 += v * PT[o + _u(11)]
             q = (j - c0) * 12
             bj = b[row]
             Zc[q + 0] = z0
@@ -328,36 +328,36 @@ def _node_12(indptr, indices, values, unit, PT, b, rows, lo, hi, code, with_loss
             z10 = Zc[q + 10]
             z11 = Zc[q + 11]
             if unit:
-                for p in range(p0, p1):
-                    o = indices[p] * 12
-                    g[o + 0] += z0
-                    g[o + 1] += z1
-                    g[o + 2] += z2
-                    g[o + 3] += z3
-                    g[o + 4] += z4
-                    g[o + 5] += z5
-                    g[o + 6] += z6
-                    g[o + 7] += z7
-                    g[o + 8] += z8
-                    g[o + 9] += z9
-                    g[o + 10] += z10
-                    g[o + 11] += z11
+                for p in range(_u(p0), _u(p1)):
+                    o = _u(indices[p]) * _u(12)
+                    g[o + _u(0)] += z0
+                    g[o + _u(1)] += z1
+                    g[o + _u(2)] += z2
+                    g[o + _u(3)] += z3
+                    g[o + _u(4)] += z4
+                    g[o + _u(5)] += z5
+                    g[o + _u(6)] += z6
+                    g[o + _u(7)] += z7
+                    g[o + _u(8)] += z8
+                    g[o + _u(9)] += z9
+                    g[o + _u(10)] += z10
+                    g[o + _u(11)] += z11
             else:
-                for p in range(p0, p1):
-                    o = indices[p] * 12
+                for p in range(_u(p0), _u(p1)):
+                    o = _u(indices[p]) * _u(12)
                     v = values[p]
-                    g[o + 0] += v * z0
-                    g[o + 1] += v * z1
-                    g[o + 2] += v * z2
-                    g[o + 3] += v * z3
-                    g[o + 4] += v * z4
-                    g[o + 5] += v * z5
-                    g[o + 6] += v * z6
-                    g[o + 7] += v * z7
-                    g[o + 8] += v * z8
-                    g[o + 9] += v * z9
-                    g[o + 10] += v * z10
-                    g[o + 11] += v * z11
+                    g[o + _u(0)] += v * z0
+                    g[o + _u(1)] += v * z1
+                    g[o + _u(2)] += v * z2
+                    g[o + _u(3)] += v * z3
+                    g[o + _u(4)] += v * z4
+                    g[o + _u(5)] += v * z5
+                    g[o + _u(6)] += v * z6
+                    g[o + _u(7)] += v * z7
+                    g[o + _u(8)] += v * z8
+                    g[o + _u(9)] += v * z9
+                    g[o + _u(10)] += v * z10
+                    g[o + _u(11)] += v * z11
 
 
 @_pjit
@@ -402,44 +402,44 @@ def _node_16(indptr, indices, values, unit, PT, b, rows, lo, hi, code, with_loss
             z14 = zero
             z15 = zero
             if unit:
-                for p in range(p0, p1):
-                    o = indices[p] * 16
-                    z0 += PT[o + 0]
-                    z1 += PT[o + 1]
-                    z2 += PT[o + 2]
-                    z3 += PT[o + 3]
-                    z4 += PT[o + 4]
-                    z5 += PT[o + 5]
-                    z6 += PT[o + 6]
-                    z7 += PT[o + 7]
-                    z8 += PT[o + 8]
-                    z9 += PT[o + 9]
-                    z10 += PT[o + 10]
-                    z11 += PT[o + 11]
-                    z12 += PT[o + 12]
-                    z13 += PT[o + 13]
-                    z14 += PT[o + 14]
-                    z15 += PT[o + 15]
+                for p in range(_u(p0), _u(p1)):
+                    o = _u(indices[p]) * _u(16)
+                    z0 += PT[o + _u(0)]
+                    z1 += PT[o + _u(1)]
+                    z2 += PT[o + _u(2)]
+                    z3 += PT[o + _u(3)]
+                    z4 += PT[o + _u(4)]
+                    z5 += PT[o + _u(5)]
+                    z6 += PT[o + _u(6)]
+                    z7 += PT[o + _u(7)]
+                    z8 += PT[o + _u(8)]
+                    z9 += PT[o + _u(9)]
+                    z10 += PT[o + _u(10)]
+                    z11 += PT[o + _u(11)]
+                    z12 += PT[o + _u(12)]
+                    z13 += PT[o + _u(13)]
+                    z14 += PT[o + _u(14)]
+                    z15 += PT[o + _u(15)]
             else:
-                for p in range(p0, p1):
-                    o = indices[p] * 16
+                for p in range(_u(p0), _u(p1)):
+                    o = _u(indices[p]) * _u(16)
                     v = values[p]
-                    z0 += v * PT[o + 0]
-                    z1 += v * PT[o + 1]
-                    z2 += v * PT[o + 2]
-                    z3 += v * PT[o + 3]
-                    z4 += v * PT[o + 4]
-                    z5 += v * PT[o + 5]
-                    z6 += v * PT[o + 6]
-                    z7 += v * PT[o + 7]
-                    z8 += v * PT[o + 8]
-                    z9 += v * PT[o + 9]
-                    z10 += v * PT[o + 10]
-                    z11 += v * PT[o + 11]
-                    z12 += v * PT[o + 12]
-                    z13 += v * PT[o + 13]
-                    z14 += v * PT[o + 14]
-                    z15 += v * PT[o + 15]
+                    z0 += v * PT[o + _u(0)]
+                    z1 += v * PT[o + _u(1)]
+                    z2 += v * PT[o + _u(2)]
+                    z3 += v * PT[o + _u(3)]
+                    z4 += v * PT[o + _u(4)]
+                    z5 += v * PT[o + _u(5)]
+                    z6 += v * PT[o + _u(6)]
+                    z7 += v * PT[o + _u(7)]
+                    z8 += v * PT[o + _u(8)]
+                    z9 += v * PT[o + _u(9)]
+                    z10 += v * PT[o + _u(10)]
+                    z11 += v * PT[o + _u(11)]
+                    z12 += v * PT[o + _u(12)]
+                    z13 += v * PT[o + _u(13)]
+                    z14 += v * PT[o + _u(14)]
+                    z15 += v * PT[o + _u(15)]
             q = (j - c0) * 16
             bj = b[row]
             Zc[q + 0] = z0
@@ -499,44 +499,44 @@ def _node_16(indptr, indices, values, unit, PT, b, rows, lo, hi, code, with_loss
             z14 = Zc[q + 14]
             z15 = Zc[q + 15]
             if unit:
-                for p in range(p0, p1):
-                    o = indices[p] * 16
-                    g[o + 0] += z0
-                    g[o + 1] += z1
-                    g[o + 2] += z2
-                    g[o + 3] += z3
-                    g[o + 4] += z4
-                    g[o + 5] += z5
-                    g[o + 6] += z6
-                    g[o + 7] += z7
-                    g[o + 8] += z8
-                    g[o + 9] += z9
-                    g[o + 10] += z10
-                    g[o + 11] += z11
-                    g[o + 12] += z12
-                    g[o + 13] += z13
-                    g[o + 14] += z14
-                    g[o + 15] += z15
+                for p in range(_u(p0), _u(p1)):
+                    o = _u(indices[p]) * _u(16)
+                    g[o + _u(0)] += z0
+                    g[o + _u(1)] += z1
+                    g[o + _u(2)] += z2
+                    g[o + _u(3)] += z3
+                    g[o + _u(4)] += z4
+                    g[o + _u(5)] += z5
+                    g[o + _u(6)] += z6
+                    g[o + _u(7)] += z7
+                    g[o + _u(8)] += z8
+                    g[o + _u(9)] += z9
+                    g[o + _u(10)] += z10
+                    g[o + _u(11)] += z11
+                    g[o + _u(12)] += z12
+                    g[o + _u(13)] += z13
+                    g[o + _u(14)] += z14
+                    g[o + _u(15)] += z15
             else:
-                for p in range(p0, p1):
-                    o = indices[p] * 16
+                for p in range(_u(p0), _u(p1)):
+                    o = _u(indices[p]) * _u(16)
                     v = values[p]
-                    g[o + 0] += v * z0
-                    g[o + 1] += v * z1
-                    g[o + 2] += v * z2
-                    g[o + 3] += v * z3
-                    g[o + 4] += v * z4
-                    g[o + 5] += v * z5
-                    g[o + 6] += v * z6
-                    g[o + 7] += v * z7
-                    g[o + 8] += v * z8
-                    g[o + 9] += v * z9
-                    g[o + 10] += v * z10
-                    g[o + 11] += v * z11
-                    g[o + 12] += v * z12
-                    g[o + 13] += v * z13
-                    g[o + 14] += v * z14
-                    g[o + 15] += v * z15
+                    g[o + _u(0)] += v * z0
+                    g[o + _u(1)] += v * z1
+                    g[o + _u(2)] += v * z2
+                    g[o + _u(3)] += v * z3
+                    g[o + _u(4)] += v * z4
+                    g[o + _u(5)] += v * z5
+                    g[o + _u(6)] += v * z6
+                    g[o + _u(7)] += v * z7
+                    g[o + _u(8)] += v * z8
+                    g[o + _u(9)] += v * z9
+                    g[o + _u(10)] += v * z10
+                    g[o + _u(11)] += v * z11
+                    g[o + _u(12)] += v * z12
+                    g[o + _u(13)] += v * z13
+                    g[o + _u(14)] += v * z14
+                    g[o + _u(15)] += v * z15
 
 
 @_pjit
