@@ -287,6 +287,8 @@ class GLM(Problem):
         scale = knobs.pop("scale", "none")
         storage = knobs.pop("storage", "auto")
         threads = knobs.pop("threads", "auto")
+        if isinstance(threads, str) and threads.strip().isdigit():
+            threads = int(threads)  # --problem-opt threads=N arrives as text (the default is auto)
         server_rows = knobs.pop("server_rows", 0)
         if storage not in STORAGES:
             raise ValueError(

@@ -207,6 +207,23 @@ def test_use_engine_switches_and_threads_are_restored():
         make_problem("logreg", **BIG, threads=0)
 
 
+def test_the_command_lines_thread_count_reaches_the_engine():
+    """``--problem-opt threads=N`` is typed by the knob's default (``auto``, a string): the
+    count arrives as text and is taken as the integer it names; a bad one is refused with the
+    allowed values."""
+    from runner.cli import BadInput, parse_knobs
+
+    knobs = parse_knobs("logreg-nonconvex", ["threads=1", "storage=csr"])
+    assert knobs["threads"] == "1"
+    p = make_problem("logreg-nonconvex", **BIG, **knobs)
+    assert p.threads == 1 and p.engine in ("csr/1", "csr-torch/1")  # -torch: without numba
+    for bad in ("0", "-1", "two"):
+        with pytest.raises(ValueError, match="threads must be auto or a positive integer"):
+            make_problem("logreg-nonconvex", **BIG, threads=bad)
+    with pytest.raises(BadInput, match="unknown --problem-opt 'thread'"):
+        parse_knobs("logreg-nonconvex", ["thread=1"])
+
+
 def test_the_run_records_its_engine(tmp_path):
     from algorithms.api import run
 
