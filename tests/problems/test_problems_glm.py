@@ -422,3 +422,43 @@ def test_logistic_weighted_derivative_in_three_passes_is_the_four_pass_one(dtype
     p._b64 = p._b64 * 0.3  # ... and a problem with such labels takes the four passes
     p.__dict__.pop("_signed_labels", None)
     assert torch.equal(p._dphi_times(Z, odd, w)[2:], GLM._dphi_times(p, Z, odd, w)[2:])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("cls", GLMS)
+def test_regulariser_gradient_through_numpy_is_torch_bit_for_bit(cls, dtype):
+    """A small CPU point's regulariser gradient is computed by NumPy (``REG_NUMPY``): the same
+    bits as ``reg_grad`` on the torch tensor, at huge, tiny, zero, signed-zero, infinite and
+    NaN entries, for a broadcast point, one row and per-node rows; a point above
+    ``REG_NUMPY_MAX`` entries takes torch."""
+    import math
+
+    from problems import glm
+
+    A, b, counts = make_data()
+    p = cls(A, b, counts, lam=0.37, dtype=dtype)
+    assert p.REG_NUMPY
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(300, generator=g, dtype=torch.float64).to(dtype) * 10.0 ** torch.randint(
+        -30, 30, (300,), generator=g
+    ).to(dtype)
+    x[:6] = torch.tensor([math.inf, -math.inf, math.nan, 0.0, -0.0, 1e200]).to(dtype)
+    bits = {torch.float32: torch.int32, torch.float64: torch.int64}[dtype]
+    rows = torch.randn(5, 300, generator=g, dtype=torch.float64).to(dtype) * 1e3
+    for X in (x[None].expand(4, -1), x[None], rows):
+        got, want = p._reg_grad_rows(X), p.reg_grad(X[:1] if X.stride(0) == 0 else X, p.lam)
+        assert got.dtype == dtype and got.shape == want.shape
+        assert torch.equal(torch.isnan(got), torch.isnan(want))
+        assert torch.equal(got.nan_to_num().view(bits), want.nan_to_num().view(bits))
+    big = torch.zeros(2, glm.REG_NUMPY_MAX // 2 + 1, dtype=dtype)
+    calls = []
+    real = p.reg_grad
+
+    def spy(X, lam):
+        calls.append(type(X))
+        return real(X, lam)
+
+    p.reg_grad = spy
+    p._reg_grad_rows(big)
+    p._reg_grad_rows(x[None])
+    assert calls == [torch.Tensor, np.ndarray]
