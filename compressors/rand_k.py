@@ -7,6 +7,7 @@ from typing import ClassVar
 
 import torch
 
+from compressors import compiled
 from compressors.base import (
     Compressor,
     Packet,
@@ -148,13 +149,18 @@ class RandK(SparseWire, Compressor):
         m, d = x_i.shape
         k = self.k_of(d)
         idx = rng.subset(d, k)
-        values = poison_first(torch.gather(x_i, 1, idx), nonfinite_rows(x_i))
+        rows = None
+        if compiled.usable(x_i) and compiled.rows_too(x_i):  # the decoded rows on the way
+            values, rows = compiled.rand_k_rows(x_i, idx, d / k)
+        else:
+            values = poison_first(torch.gather(x_i, 1, idx), nonfinite_rows(x_i))
         fields = {"values": values, "indices": idx}
         wire = {"values"} if self.shared or self.index == "seed" else {"values", "indices"}
         meta = {"scale": d / k}
         if self.index == "seed" and not self.shared:
             meta["keys"] = rng.keys  # the per-row seed the index code sends
-        return self._packet(x_i, self.bits(d), wire, meta, **fields)
+        packet = self._packet(x_i, self.bits(d), wire, meta, **fields)
+        return packet if rows is None else self._keep_rows(packet, rows)
 
     def _decode(self, packet: Packet) -> torch.Tensor:
         f = packet.fields

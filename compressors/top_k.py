@@ -103,14 +103,18 @@ class TopK(SparseWire, Compressor):
 
     def _encode(self, x_i: torch.Tensor, rng: Streams) -> Packet:
         d = x_i.shape[1]
-        if compiled.usable(x_i):
+        rows = None
+        if compiled.usable(x_i) and compiled.rows_too(x_i):
+            idx, values, rows = compiled.top_k_rows(x_i, self.k_of(d))
+        elif compiled.usable(x_i):
             idx, values = compiled.top_k(x_i, self.k_of(d))
         else:
             idx = top_k_indices(x_i.abs(), self.k_of(d))
             values = torch.gather(x_i, 1, idx)
-        return self._packet(
+        packet = self._packet(
             x_i, self.bits(d), {"values", "indices"}, {"scale": 1.0}, values=values, indices=idx
         )
+        return packet if rows is None else self._keep_rows(packet, rows)
 
     def _decode(self, packet: Packet) -> torch.Tensor:
         return scatter_rows(packet, packet.fields["indices"], packet.fields["values"])

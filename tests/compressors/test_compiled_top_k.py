@@ -1,5 +1,6 @@
 """The compiled Top-K selection picks the same entries, in the same order, as the torch form,
-ties at the threshold included (they go to the lower index)."""
+ties at the threshold included (they go to the lower index); on small inputs Top-K and Rand-K
+write the decoded rows as they encode, the same bits as their decode."""
 
 from __future__ import annotations
 
@@ -50,3 +51,135 @@ def test_the_parallel_kernel_and_its_serial_twin_agree(k):
     assert torch.equal(idx, want) and torch.equal(values, torch.gather(x, 1, want))
     small = [compiled.top_k(x[i : i + 50], k) for i in range(0, 200, 50)]
     assert torch.equal(torch.cat([s[0] for s in small]), idx)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    name=st.sampled_from(["topk", "randk"]),
+    m=st.integers(1, 6),
+    d=st.integers(1, 70),
+    frac=st.floats(0.0, 1.0),
+    special=st.sampled_from(["", "nonfinite", "huge"]),
+    seed=st.integers(0, 2**31 - 1),
+    dtype=st.sampled_from([torch.float64, torch.float32]),
+)
+def test_rows_made_by_the_encoder_are_the_decoded_rows(name, m, d, frac, special, seed, dtype):
+    """On a small input Top-K's and Rand-K's encoders write the decoded rows as they go, for
+    the first decode: bit for bit the rows the torch decode makes (Rand-K's scaled values,
+    saturated where the scale overflows a finite value, NaN first in a row with a NaN or
+    infinity; a scatter into zeros), the payload unchanged; the rows are handed out once (a
+    second decode makes fresh ones, so no two callers share memory), and a packet rebuilt from
+    the wire or copied has none."""
+    import dataclasses
+
+    from compressors import parse_spec
+    from streams import Streams
+
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(m, d, generator=gen, dtype=torch.float64).to(dtype)
+    if special == "nonfinite":
+        picks = torch.randint(0, 5, (m, d), generator=gen)
+        table = torch.tensor([float("nan"), float("inf"), float("-inf"), -0.0, 0.0], dtype=dtype)
+        x = torch.where(torch.rand(m, d, generator=gen) < 0.3, table[picks], x)
+    elif special == "huge":  # Rand-K's d/k times these overflows: saturated
+        x = x * (torch.finfo(dtype).max / 4)
+    C = parse_spec(f"{name}:k={max(1, round(frac * d))}")
+    streams = Streams.for_nodes(seed, range(m))
+    assert compiled.rows_too(x)
+    packet = C.encode(x, streams)
+    assert len(packet._rows) == 1
+    first = C.decode(packet)
+    assert not packet._rows
+    again = C.decode(packet)  # the torch decode of the same payload
+    bits = {torch.float32: torch.int32, torch.float64: torch.int64}[dtype]
+    assert first.dtype == dtype and torch.equal(first.view(bits), again.view(bits))
+    assert first.data_ptr() != again.data_ptr() and first.data_ptr() != x.data_ptr()
+    with pytest.MonkeyPatch.context() as mp:  # the payload the torch encoder makes
+        mp.setattr(compiled, "rows_too", lambda x: False)
+        torch_packet = C.encode(x, streams)
+    assert not torch_packet._rows
+    for key, field in torch_packet.fields.items():
+        assert torch.equal(packet.fields[key].view(torch.int64 if key == "indices" else bits),
+                           field.view(torch.int64 if key == "indices" else bits))  # fmt: skip
+    assert torch.equal(first.view(bits), C.decode(torch_packet).view(bits))
+    if name == "topk":
+        want = top_k_indices(x.abs(), C.k_of(d))
+        ref = torch.zeros_like(x).scatter_(1, want, torch.gather(x, 1, want))
+        assert torch.equal(first.view(bits), ref.view(bits))
+    data, nbytes = C.to_bytes(packet)
+    back = C.from_bytes(data, nbytes, packet, torch.arange(m))
+    assert not back._rows and not dataclasses.replace(packet)._rows
+    assert torch.equal(C.decode(back).view(bits), first.view(bits))
+
+
+def test_large_inputs_leave_the_rows_to_decode():
+    """At or above ``SERIAL_BELOW`` entries the encoder makes no rows (a sum-only reduction
+    would not read them); decode makes them, the same bits."""
+    from compressors import parse_spec
+    from streams import Streams
+    from streams.compiled import SERIAL_BELOW
+
+    x = torch.randn(4, SERIAL_BELOW // 4, generator=torch.Generator().manual_seed(1))
+    C = parse_spec("topk:k=3")
+    assert not compiled.rows_too(x) and compiled.rows_too(x[:, :-1])
+    packet = C.encode(x, Streams.for_nodes(0, range(4)))
+    assert not packet._rows
+    want = top_k_indices(x.abs(), 3)
+    ref = torch.zeros_like(x).scatter_(1, want, torch.gather(x, 1, want))
+    assert torch.equal(C.decode(packet), ref)
+
+
+def test_a_wrapper_that_decodes_its_own_way_does_not_take_the_inner_rows():
+    """``scaled:randk`` encodes through Rand-K and divides on decode: the rows Rand-K's encoder
+    left are Rand-K's decode, so the wrapper's decode does not take them."""
+    from compressors import parse_spec
+    from streams import Streams
+
+    x = torch.randn(3, 40, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    S, R = parse_spec("scaled:randk:k=4"), parse_spec("randk:k=4")
+    streams = Streams.for_nodes(5, range(3))
+    packet = S.encode(x, streams)
+    assert len(packet._rows) == 1 and packet._rows[0][0] is S.inner
+    assert torch.equal(S.decode(packet), R.decode(R.encode(x, streams)) / 10.0)
+    assert len(packet._rows) == 1  # still there: only Rand-K itself takes them
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    spec=st.sampled_from(["randk:k={k}", "topk:k={k}", "permk", "randk:shared=true,k={k}"]),
+    m=st.integers(1, 25),
+    d=st.integers(1, 150),
+    frac=st.floats(0.0, 1.0),
+    weighted=st.booleans(),
+    special=st.booleans(),
+    seed=st.integers(0, 2**31 - 1),
+    dtype=st.sampled_from([torch.float64, torch.float32]),
+)
+def test_small_sparse_sums_are_the_torch_sums(spec, m, d, frac, weighted, special, seed, dtype):
+    """A small sparse packet's ``decode_sum`` runs in one compiled call: bit for bit torch's
+    (each value times its row's factor in the dtype, then ``index_add_`` in row order), with and
+    without weights, with NaN and infinities."""
+    from compressors import parse_spec
+    from compressors.base import scatter_sum
+    from streams import Streams
+
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(m, d, generator=gen, dtype=torch.float64).to(dtype)
+    x = x * 10.0 ** torch.randint(-6, 6, (m, d), generator=gen).to(dtype)
+    if special:
+        x[0, 0], x[-1, -1] = float("nan"), float("-inf")
+    k = max(1, round(frac * d))
+    C = parse_spec(spec.format(k=k)).bind(m)
+    shared = C.shared_randomness
+    streams = Streams.for_nodes(seed, [0] * m if shared else range(m))
+    packet = C.encode(x, streams)
+    w = torch.rand(m, generator=gen, dtype=torch.float64) if weighted else None
+    assert compiled.rows_too(packet.fields["values"])
+    fast = scatter_sum(packet, w)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(compiled, "rows_too", lambda x: False)
+        slow = scatter_sum(packet, w)
+    bits = {torch.float32: torch.int32, torch.float64: torch.int64}[dtype]
+    assert fast.dtype == dtype and fast.shape == (d,)
+    assert torch.equal(torch.isnan(fast), torch.isnan(slow))
+    assert torch.equal(fast.nan_to_num().view(bits), slow.nan_to_num().view(bits))
