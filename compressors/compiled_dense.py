@@ -156,7 +156,15 @@ def round_decode(levels, esc, raw, h: float) -> torch.Tensor:
 
 def threelc_encode(x: torch.Tensor, amax: torch.Tensor, s: float):
     """``q = clamp(round(x / den / s), -1, 1)`` (int8; ``den = amax``, or 1 where ``amax`` is 0)
-    and per row the length of the zero-run encoded quartic bytes of ``q``."""
+    and per row the length of the zero-run encoded quartic bytes of ``q``.
+
+    No division per entry: ``v = (|x| / den) / s`` is a non-decreasing function of ``|x|``
+    (each rounded division is) and odd in ``x`` (rounding to nearest is symmetric), so
+    ``v > 1/2`` exactly when ``|x| > T``, ``T`` the largest float whose ``v`` is at most 1/2,
+    found per row by bisection on the floats' bit patterns with the same two divisions
+    (:func:`ternary_thresholds`): the same ``q`` by comparisons alone. Each task summarises its
+    bytes' zero runs while they are in cache; the runs are joined across tasks per row (a row
+    of one long vector used to be one thread's serial scan)."""
     x = x.detach().contiguous()
     kind = x.numpy().dtype.type
     m, d = x.shape
@@ -164,10 +172,23 @@ def threelc_encode(x: torch.Tensor, amax: torch.Tensor, s: float):
     q = torch.empty(m, d, dtype=torch.int8)
     quart = torch.empty(m, nbytes, dtype=torch.uint8)
     den = torch.where(amax > 0, amax, torch.ones_like(amax)).contiguous()
-    launch(_ternary, x.numpy(), den.numpy(), kind(s), kind(0.5), q.numpy(), quart.numpy())
-    lens = torch.empty(m, dtype=torch.int64)
-    launch(_zre_lengths, quart.numpy(), lens.numpy())
-    return q, lens
+    T = ternary_thresholds(den.numpy(), kind(s), kind(0.5))
+    tasks = max(1, -(-nbytes // BYTES))
+    runs = np.zeros((m, tasks, 5), dtype=np.int64)
+    launch(_ternary, x.numpy(), T, q.numpy(), quart.numpy(), runs)
+    lens = np.empty(m, dtype=np.int64)
+    _zre_join(runs, lens)
+    return q, torch.from_numpy(lens)
+
+
+def ternary_thresholds(den: np.ndarray, s, half) -> np.ndarray:
+    """Per row the largest float ``T >= 0`` (in ``den``'s dtype) with ``(T / den) / s <= half``
+    (``s`` and ``half`` in that dtype; ``den`` finite and positive)."""
+    out = np.empty_like(den)
+    ints = np.int32 if den.dtype == np.float32 else np.int64
+    inf_bits = int(np.array([np.inf], den.dtype).view(ints)[0])
+    _thresholds(den, s, half, inf_bits, out)
+    return out
 
 
 def threelc_decode(q, scale, s: float, big: float) -> torch.Tensor:
@@ -180,6 +201,10 @@ def threelc_decode(q, scale, s: float, big: float) -> torch.Tensor:
 
 
 if numba is not None:
+    from numba import types
+    from numba.extending import overload
+
+    from compressors.compiled_fastsgd import _as_float, _unary
     from streams.compiled import _mix
 
     _pjit = numba.njit(cache=True, nogil=True, parallel=True)
@@ -405,39 +430,91 @@ if numba is not None:
                         orow[i] = wr[i]
 
     @_pjit
-    def _ternary(x, den, s, half, q, quart):
-        """``q = clamp(round(x / den / s), -1, 1)``, as ``(v > 1/2) - (v < -1/2)`` (ties at
-        ``1/2`` round to even, 0), and its quartic bytes."""
+    def _ternary(x, T, q, quart, runs):
+        """``q = (x > T) - (x < -T)`` (``clamp(round(x / den / s), -1, 1)``, ties at 1/2 to
+        even, 0: :func:`threelc_encode`), its quartic bytes, and per task the zero runs of
+        its bytes: ``runs[r, task]`` = (all zero, leading zero bytes, trailing zero bytes,
+        the bytes of the runs between non-zero bytes, non-zero bytes)."""
         m, d = x.shape
         nb = quart.shape[1]
-        tasks = (nb + BYTES - 1) // BYTES
+        tasks = runs.shape[1]
         for t in numba.prange(m * tasks):
             r, b0 = t // tasks, (t % tasks) * BYTES
             b1 = min(nb, b0 + BYTES)
             i0, i1 = 5 * b0, min(d, 5 * b1)
-            xr, qr, dn = x[r, i0:i1], q[r, i0:i1], den[r]
+            xr, qr, hi = x[r, i0:i1], q[r, i0:i1], T[r]
+            lo = -hi
             for i in range(xr.size):
-                v = (xr[i] / dn) / s
-                qr[i] = np.int8(v > half) - np.int8(v < -half)
+                v = xr[i]
+                qr[i] = np.int8(v > hi) - np.int8(v < lo)
             br = quart[r, b0:b1]
             for b in range(br.size):
                 br[b] = _quartic(qr, 5 * b, xr.size)
+            _zre_summary(br, runs[r, t % tasks])
 
-    @_pjit
-    def _zre_lengths(quart, lens):
-        m, nb = quart.shape
-        for r in numba.prange(m):
-            br = quart[r]
-            total, run = 0, 0
-            for b in range(nb):
-                if br[b] == 121:  # ZERO_BYTE: pieces of at most 14 per run
-                    if run % 14 == 0:
-                        total += 1
-                    run += 1
+    @_jit
+    def _zre_summary(br, out):
+        """The zero runs of the quartic bytes ``br`` (``ZERO_BYTE`` = 121: five zeros), as
+        :func:`_ternary` records them; a run costs one byte per piece of at most 14."""
+        lead = 0
+        while lead < br.size and br[lead] == 121:
+            lead += 1
+        if lead == br.size:
+            out[0], out[1], out[2] = 1, lead, lead
+            return
+        inner, run, nz = 0, 0, 0
+        for b in range(lead, br.size):
+            if br[b] == 121:
+                run += 1
+            else:
+                inner += (run + 13) // 14
+                run = 0
+                nz += 1
+        out[1], out[2], out[3], out[4] = lead, run, inner, nz
+
+    @_jit
+    def _zre_join(runs, lens):
+        """Per row the zero-run encoded length: the tasks' runs joined in order (a run may
+        span tasks)."""
+        m, tasks, _ = runs.shape
+        for r in range(m):
+            total, carry = 0, 0
+            for t in range(tasks):
+                all_zero, lead, trail, inner, nz = runs[r, t]
+                if all_zero:
+                    carry += lead
                 else:
-                    total += 1
-                    run = 0
-            lens[r] = total
+                    total += (carry + lead + 13) // 14 + inner + nz
+                    carry = trail
+            lens[r] = total + (carry + 13) // 14
+
+    _f32 = _unary("bitcast", types.float32, types.uint32)
+
+    def _from_bits(bits, like):
+        """The float of ``like``'s dtype whose bit pattern is ``bits`` (compiled code only)."""
+        raise NotImplementedError
+
+    @overload(_from_bits)
+    def _from_bits_typed(bits, like):
+        if like == types.float32:
+            return lambda bits, like: _f32(np.uint32(bits))
+        return lambda bits, like: _as_float(np.uint64(bits))
+
+    @_jit
+    def _thresholds(den, s, half, top, out):
+        """Per row the largest float ``a >= 0`` with ``(a / den) / s <= half``, the kernel's
+        division form in ``den``'s dtype: bisection on the bit patterns of ``[0, inf]``
+        (``top``: inf's; non-negative floats are ordered as their bits; ``0`` qualifies,
+        ``inf`` does not)."""
+        for r in range(den.size):
+            lo, hi = 0, top
+            while hi - lo > 1:
+                mid = lo + (hi - lo) // 2
+                if (_from_bits(mid, den[r]) / den[r]) / s <= half:
+                    lo = mid
+                else:
+                    hi = mid
+            out[r] = _from_bits(lo, den[r])
 
     @_pjit
     def _ternary_decode(q, scale, s, big, out):

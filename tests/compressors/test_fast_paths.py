@@ -315,6 +315,33 @@ def test_threelc(s, dtype):
         assert _same(C.decode(p), out)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_threelc_threshold_is_the_division_form(dtype):
+    """3LC's kernel compares ``|x|`` with a per-row threshold ``T`` instead of dividing: ``T``
+    is the largest float whose ``(T / den) / s`` is at most 1/2 (the next float's is above),
+    so ``q`` is the division form's at ``T``, at its neighbours and at every entry, for row
+    scales from the subnormal to the huge and several ``s``."""
+    rng = np.random.default_rng(7)
+    expo = (-40, 38) if dtype == np.float32 else (-300, 300)
+    for s in (1.0, 1.75, 0.3, 1e-3, 1e5):
+        x = rng.standard_normal((40, 30)) * 10.0 ** rng.integers(*expo, (40, 1))
+        x = x.astype(dtype)
+        amax = np.abs(x).max(axis=1)
+        den = np.where(amax > 0, amax, dtype(1)).astype(dtype)
+        T = compiled_dense.ternary_thresholds(den, dtype(s), dtype(0.5))
+        with np.errstate(all="ignore"):  # huge rows: T's next float is infinite
+            up = np.nextafter(T, dtype(np.inf))
+            assert ((T / den) / dtype(s) <= 0.5).all() and ((up / den) / dtype(s) > 0.5).all()
+            probes = np.concatenate(
+                [T[:, None], up[:, None], np.nextafter(T, dtype(0))[:, None], x], 1
+            )
+            probes = np.concatenate([probes, -probes], axis=1)
+            v = (probes / den[:, None]) / dtype(s)
+        want = (v > 0.5).astype(np.int8) - (v < -0.5).astype(np.int8)
+        got = (probes > T[:, None]).astype(np.int8) - (probes < -T[:, None]).astype(np.int8)
+        assert np.array_equal(got, want)
+
+
 # ---------------------------------------------------------------- hard threshold
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("lam, index", [(0.7, "list"), (0.05, "auto"), (1e-3, "bitmap")])
