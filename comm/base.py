@@ -19,7 +19,7 @@ import torch
 
 from comm.topology import Topology
 from compressors import Compressor, Packet
-from streams import Streams, shared_uniform
+from streams import NodeKeys, Streams, shared_uniform
 from streams.tags import DEFAULT
 from streams.tags import NODE as TAG_NODE
 from streams.tags import SERVER as TAG_SERVER
@@ -115,6 +115,7 @@ class Comm:
         self.float_bits = int(float_bits)
         self.ledger = Ledger.zeros(self.m)
         self._fixed: Streams | None = None
+        self._node_keys: dict[int, NodeKeys] = {}  # by tag (see rng)
         # this process among the processes of the run (0 of 1 for a simulation)
         self.rank, self.world = 0, 1
 
@@ -135,7 +136,10 @@ class Comm:
         shared by all nodes, keyed by ``(seed, t)`` (``tag`` separates independent uses)."""
         if shared:
             return Streams.shared(self.seed, self.m, TAG_SHARED, tag, t, nodes=self.nodes)
-        return Streams.for_nodes(self.seed, self.nodes, TAG_NODE, tag, t)
+        keys = self._node_keys.get(tag)
+        if keys is None:  # Streams.for_nodes(seed, nodes, TAG_NODE, tag, t), its t-free part once
+            keys = self._node_keys[tag] = NodeKeys(self.seed, self.nodes, TAG_NODE, tag)
+        return keys.at(t)
 
     def rng_for(self, compressor: Compressor, t: int, tag: int = DEFAULT) -> Streams:
         """The streams ``compressor`` needs: shared when it declares shared randomness; for a

@@ -80,7 +80,7 @@ import torch  # noqa: E402
 from streams import compiled  # noqa: E402
 from streams.tags import NORMAL_ANGLE, NORMAL_RADIUS  # noqa: E402
 
-__all__ = ["Streams", "shared_uniform"]
+__all__ = ["NodeKeys", "Streams", "shared_uniform"]
 
 # SplitMix64 constants, written as signed int64 (torch has no uint64 arithmetic).
 _GOLDEN = 0x9E3779B97F4A7C15 - (1 << 64)
@@ -141,6 +141,34 @@ def _derive(keys: torch.Tensor, tag: torch.Tensor | int) -> torch.Tensor:
     if compiled.ENABLED and keys.device.type == "cpu":
         return compiled.derive(keys, tag)
     return _mix(keys ^ _mix(tag * _GOLDEN + _GOLDEN))
+
+
+class NodeKeys:
+    """``Streams.for_nodes(seed, nodes, *tags, t)`` for step after step ``t``: the parts that do
+    not depend on ``t`` (the key of ``(seed, *tags)`` before ``t`` joins it, and each node's
+    mix) are computed once, so a step's streams cost two integer mixes and one compiled pass
+    (20 nodes: 20 -> 8 us). The same keys, bit for bit."""
+
+    def __init__(self, seed: int, nodes: torch.Tensor, *tags: int) -> None:
+        self.nodes = torch.as_tensor(nodes, dtype=torch.int64).reshape(-1)
+        g = _GOLDEN & _MASK
+        key = _mix_int(seed + g)
+        for tag in tags:
+            key = _mix_int(key ^ _mix_int(_as_int64(tag) * g + g))
+        self._prefix = key
+        # each node's mix(node golden + golden), the tag that _derive gives every row
+        self._mixed = _mix(self.nodes * _GOLDEN + _GOLDEN)
+        self._compiled = compiled.ENABLED and self.nodes.device.type == "cpu"
+
+    def at(self, t: int) -> Streams:
+        """The streams of step ``t``."""
+        g = _GOLDEN & _MASK
+        base = _as_int64(_mix_int(self._prefix ^ _mix_int(_as_int64(t) * g + g)))
+        if self._compiled:
+            keys = compiled.mix_each(base, self._mixed)
+        else:
+            keys = _mix(torch.full_like(self._mixed, base) ^ self._mixed)
+        return Streams(keys, self.nodes)
 
 
 @dataclass(frozen=True, eq=False)

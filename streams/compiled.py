@@ -37,6 +37,7 @@ ENABLED = numba is not None
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
+_MASK64 = (1 << 64) - 1
 _TWO_M24 = np.float32(2.0**-24)
 # A subset is drawn through a k-entry heap (no (m, d) block of keys) for rows of this length
 # on, or for blocks up to SUBSET_HEAP_BLOCK entries (where torch.topk's fixed costs dominate);
@@ -166,6 +167,15 @@ def derive(keys: torch.Tensor, tag: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def mix_each(base: int, mixed: torch.Tensor) -> torch.Tensor:
+    """``mix(base ^ mixed[j])`` per row (``mixed`` int64 ``(m,)``, ``base`` a signed 64-bit
+    integer): :func:`derive` of the key ``base`` when each row's tag mix is already known."""
+    out = torch.empty_like(mixed)
+    z = np.uint64(base & _MASK64)
+    _mix_each(z, mixed.contiguous().numpy().view(np.uint64), out.numpy().view(np.uint64))
+    return out
+
+
 def subset(keys: torch.Tensor, d: int, k: int) -> torch.Tensor:
     """int64 ``(m, k)``, ascending: per row the positions of the ``k`` largest of the first
     ``d`` SplitMix64 outputs (as signed int64), the subset ``Streams.subset`` draws. The
@@ -217,6 +227,11 @@ if numba is not None:
     def _derive(keys, tags, out):
         for j in range(keys.size):
             out[j] = _mix(keys[j] ^ _mix(tags[j] * _GOLDEN + _GOLDEN))
+
+    @_jit
+    def _mix_each(base, mixed, out):
+        for j in range(mixed.size):
+            out[j] = _mix(base ^ mixed[j])
 
     @_jit
     def _sift_down(heap, pos, i, k):

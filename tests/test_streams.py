@@ -222,3 +222,39 @@ def test_freed_tensor_memory_is_reused_without_page_faults_unless_the_user_set_g
         assert free == 0, faults
     else:
         assert free >= len(faults) // 2, faults
+
+
+@given(
+    seed=st.integers(0, 2**63 - 1),
+    nodes=st.lists(st.integers(0, 10**6), min_size=1, max_size=30),
+    tags=st.lists(st.integers(-(2**62), 2**62), min_size=0, max_size=3),
+    steps=st.lists(st.integers(-(2**62), 2**62), min_size=1, max_size=4),
+    compiled=st.booleans(),
+)
+def test_node_keys_step_after_step_are_for_nodes(seed, nodes, tags, steps, compiled):
+    """``NodeKeys(seed, nodes, *tags).at(t)`` (the t-free part computed once, what
+    ``Comm.rng`` uses) gives ``Streams.for_nodes(seed, nodes, *tags, t)``'s keys, bit for bit,
+    on the compiled pass and on torch's."""
+    from streams import NodeKeys
+
+    nk = NodeKeys(seed, torch.tensor(nodes), *tags)
+    nk._compiled = nk._compiled and compiled
+    for t in steps:
+        got = nk.at(t)
+        want = Streams.for_nodes(seed, nodes, *tags, t)
+        assert torch.equal(got.keys, want.keys) and torch.equal(got.nodes, want.nodes)
+
+
+def test_comm_streams_are_keyed_by_seed_step_node_and_tag():
+    """``Comm.rng`` (cached per tag) is ``Streams.for_nodes(seed, nodes, NODE, tag, t)`` for
+    every tag and step, also in a scratch copy and a batched comm's repeated nodes."""
+    from comm import SimulatedComm
+    from comm.batched import BatchedSimulatedComm
+    from streams.tags import NODE
+
+    for comm in (SimulatedComm(7, seed=11), BatchedSimulatedComm(5, 3, seed=2)):
+        for t in (0, 1, 9, 12345):
+            for tag in (0, 3, 17):
+                want = Streams.for_nodes(comm.seed, comm.nodes, NODE, tag, t)
+                assert torch.equal(comm.rng(t, tag=tag).keys, want.keys)
+                assert torch.equal(comm.scratch().rng(t, tag=tag).keys, want.keys)
