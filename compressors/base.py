@@ -371,7 +371,7 @@ def scatter_sum(packet: Packet, weight: torch.Tensor | None) -> torch.Tensor:
     """``sum_i w_i`` of the rows a sparse packet decodes to (fields ``indices`` and ``values``,
     meta ``scale``), added straight into one ``(d,)`` vector."""
     f = packet.fields
-    if compiled.usable(f["values"]) and compiled.rows_too(f["values"]):  # the same bits
+    if compiled.small(f["values"]):  # the same bits
         scale = packet.meta["scale"]
         return compiled.scatter_sum(f["values"], f["indices"], scale, weight, packet.d)
     w = 1.0 / packet.m if weight is None else weight.to(f["values"])[:, None]

@@ -21,7 +21,7 @@ import torch
 
 from streams.compiled import SERIAL_BELOW, launch, numba
 
-__all__ = ["ENABLED", "rand_k_rows", "rows_too", "scatter_sum", "top_k", "top_k_rows"]
+__all__ = ["ENABLED", "rand_k_rows", "scatter_sum", "small", "top_k", "top_k_rows"]
 
 ENABLED = numba is not None
 DTYPES = (torch.float32, torch.float64)
@@ -43,11 +43,12 @@ def top_k(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     return idx, val
 
 
-def rows_too(x: torch.Tensor) -> bool:
-    """Whether the encoders write the decoded rows (:func:`top_k_rows`, :func:`rand_k_rows`)
-    for ``x``: a small input (one thread's work), where they cost less written during the
-    encoding than made by a decode."""
-    return x.numel() < SERIAL_BELOW
+def small(x: torch.Tensor) -> bool:
+    """Whether ``x`` is a small input the kernels serve (:func:`usable`, and one thread's work:
+    fewer than ``SERIAL_BELOW`` entries), where one compiled call costs less than torch's
+    several: the encoders then write the decoded rows as they go (:func:`top_k_rows`,
+    :func:`rand_k_rows`) and a sparse reduction is one call (:func:`scatter_sum`)."""
+    return usable(x) and x.numel() < SERIAL_BELOW
 
 
 def top_k_rows(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

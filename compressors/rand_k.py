@@ -150,7 +150,7 @@ class RandK(SparseWire, Compressor):
         k = self.k_of(d)
         idx = rng.subset(d, k)
         rows = None
-        if compiled.usable(x_i) and compiled.rows_too(x_i):  # the decoded rows on the way
+        if compiled.small(x_i):  # the decoded rows on the way
             values, rows = compiled.rand_k_rows(x_i, idx, d / k)
         else:
             values = poison_first(torch.gather(x_i, 1, idx), nonfinite_rows(x_i))

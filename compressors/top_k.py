@@ -104,7 +104,7 @@ class TopK(SparseWire, Compressor):
     def _encode(self, x_i: torch.Tensor, rng: Streams) -> Packet:
         d = x_i.shape[1]
         rows = None
-        if compiled.usable(x_i) and compiled.rows_too(x_i):
+        if compiled.small(x_i):
             idx, values, rows = compiled.top_k_rows(x_i, self.k_of(d))
         elif compiled.usable(x_i):
             idx, values = compiled.top_k(x_i, self.k_of(d))

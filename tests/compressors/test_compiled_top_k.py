@@ -85,7 +85,7 @@ def test_rows_made_by_the_encoder_are_the_decoded_rows(name, m, d, frac, special
         x = x * (torch.finfo(dtype).max / 4)
     C = parse_spec(f"{name}:k={max(1, round(frac * d))}")
     streams = Streams.for_nodes(seed, range(m))
-    assert compiled.rows_too(x)
+    assert compiled.small(x)
     packet = C.encode(x, streams)
     assert len(packet._rows) == 1
     first = C.decode(packet)
@@ -95,7 +95,7 @@ def test_rows_made_by_the_encoder_are_the_decoded_rows(name, m, d, frac, special
     assert first.dtype == dtype and torch.equal(first.view(bits), again.view(bits))
     assert first.data_ptr() != again.data_ptr() and first.data_ptr() != x.data_ptr()
     with pytest.MonkeyPatch.context() as mp:  # the payload the torch encoder makes
-        mp.setattr(compiled, "rows_too", lambda x: False)
+        mp.setattr(compiled, "small", lambda x: False)
         torch_packet = C.encode(x, streams)
     assert not torch_packet._rows
     for key, field in torch_packet.fields.items():
@@ -121,7 +121,7 @@ def test_large_inputs_leave_the_rows_to_decode():
 
     x = torch.randn(4, SERIAL_BELOW // 4, generator=torch.Generator().manual_seed(1))
     C = parse_spec("topk:k=3")
-    assert not compiled.rows_too(x) and compiled.rows_too(x[:, :-1])
+    assert not compiled.small(x) and compiled.small(x[:, :-1])
     packet = C.encode(x, Streams.for_nodes(0, range(4)))
     assert not packet._rows
     want = top_k_indices(x.abs(), 3)
@@ -174,10 +174,10 @@ def test_small_sparse_sums_are_the_torch_sums(spec, m, d, frac, weighted, specia
     streams = Streams.for_nodes(seed, [0] * m if shared else range(m))
     packet = C.encode(x, streams)
     w = torch.rand(m, generator=gen, dtype=torch.float64) if weighted else None
-    assert compiled.rows_too(packet.fields["values"])
+    assert compiled.small(packet.fields["values"])
     fast = scatter_sum(packet, w)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(compiled, "rows_too", lambda x: False)
+        mp.setattr(compiled, "small", lambda x: False)
         slow = scatter_sum(packet, w)
     bits = {torch.float32: torch.int32, torch.float64: torch.int64}[dtype]
     assert fast.dtype == dtype and fast.shape == (d,)
