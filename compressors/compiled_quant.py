@@ -189,10 +189,10 @@ if numba is not None:
             j, c0 = t // tasks, (t % tasks) * CHUNK
             c1 = min(d, c0 + CHUNK)
             xr, sr, lr = x[j, c0:c1], signs[j, c0:c1], levels[j, c0:c1]
-            for i in range(xr.size):
-                sr[i] = xr[i] < 0
             nr = norm[j]
             if not np.isfinite(nr):  # a NaN or inf entry: the norm carries it, levels void
+                for i in range(xr.size):
+                    sr[i] = xr[i] < 0
                 lr[:] = 0
                 continue
             den = nr if nr > 0 else one
@@ -203,10 +203,12 @@ if numba is not None:
                     y = min(abs(xr[i]) / den, one) * sf
                     low = np.floor(y)
                     lr[i] = np.int64(low) + np.int64(u < np.float64(y - low))
+                    sr[i] = xr[i] < 0
             elif grid == 1:  # TernGrad: Bernoulli(r)
                 for i in range(xr.size):
                     u = np.float64(_mix(z0 + np.uint64(i + 1) * _GOLDEN) >> ush) * scale
                     lr[i] = np.int64(u < np.float64(min(abs(xr[i]) / den, one)))
+                    sr[i] = xr[i] < 0
             else:
                 ithr = 1.0 / np.float64(thr)  # a power of two: r / thr = r ithr exactly
                 for i in range(xr.size):  # branch-free, on the bits of r (vectorised)
@@ -222,6 +224,7 @@ if numba is not None:
                     # below the smallest non-zero level 2^(1-s): 0 or that level
                     lo = min(np.int64(u < rb * ithr), s)
                     lr[i] = hi if r >= thr else lo
+                    sr[i] = xr[i] < 0
 
     @_pjit
     def _dither_decode(norm, levels, signs, grid, s, sf, out):
@@ -232,21 +235,23 @@ if numba is not None:
             c1 = min(d, c0 + CHUNK)
             lr, sr, orow = levels[j, c0:c1], signs[j, c0:c1], out[j, c0:c1]
             nr = norm[j]
-            # the output entry converts the grid value to the output's dtype first
+            # the output entry converts the grid value to the output's dtype first (stored,
+            # then read back: the conversion the output's dtype makes)
             if grid == 2:  # 2^(level - s), built from its exponent (level - s >= -100)
                 for i in range(lr.size):
                     level = np.int64(lr[i])
                     v = _as_float(np.uint64(1023 + level - s) << _MANT_BITS)
                     orow[i] = v if level > 0 else 0.0
-            else:
+                    mag = nr * orow[i]
+                    orow[i] = -mag if sr[i] else mag
+            elif grid == 0:
                 for i in range(lr.size):
                     orow[i] = lr[i]
-            if grid == 0:
-                for i in range(lr.size):
                     mag = nr * (orow[i] / sf)
                     orow[i] = -mag if sr[i] else mag
             else:
                 for i in range(lr.size):
+                    orow[i] = lr[i]
                     mag = nr * orow[i]
                     orow[i] = -mag if sr[i] else mag
 

@@ -232,6 +232,14 @@ def _round_inputs(dtype):
     big = _rows(1, 50, dtype, 2)
     big[0, ::3] = torch.finfo(dtype).max / 3
     yield big
+    # codes non-zero almost everywhere (at h = 1e-3): blocks of 2048 entries without a zero
+    # code take the kernel's gaps of 1, the others the gaps in turn; zeros at block edges,
+    # a block all zero, one escaped entry, across three chunks
+    dense = _rows(2, 2 * 32768 + 3 * 2048 + 5, dtype, 3)
+    dense[0, [0, 2047, 2048, 4095, 40000]] = 0.0
+    dense[1, 32768 : 32768 + 2048] = 0.0
+    dense[1, 32768 + 2048] = 1e30 if dtype == torch.float64 else 1e20
+    yield dense
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
