@@ -460,11 +460,14 @@ class GLM(Problem):
         wP = torch.zeros(m, c, dtype=self.dtype)
         bP[pad], wP[pad] = self._bh.cpu(), self._inv_m.cpu()
         Pn = P.numpy()
-        return {"P": Pn, "P2": Pn.reshape(m * c, d), "b": bP, "w": wP, "c": c}
+        S = {"P": Pn, "P2": Pn.reshape(m * c, d), "b": bP, "w": wP, "c": c}
+        return S | {"dphi_times": self._dphi_times_of(bP, wP)}
 
     def _numpy_grad(self, X: torch.Tensor) -> torch.Tensor:
         """Every held node's gradient by NumPy's BLAS on the padded stack: margins by one
-        GEMV (one point) or a batched GEMV (a point per node), sums by a batched GEMV."""
+        GEMV (one point) or a batched GEMV (a point per node), sums by a batched GEMV; the
+        regulariser's gradient is added in NumPy where it was computed there (the same IEEE
+        sums as torch's ``add_``)."""
         S = self._np
         m, c = self.m, S["c"]
         with glm_engine.blas_threads(self.threads):
@@ -472,16 +475,22 @@ class GLM(Problem):
                 z = (S["P2"] @ X[0].detach().numpy()).reshape(m, c)
             else:
                 z = np.matmul(S["P"], X.detach().contiguous().numpy()[:, :, None])[:, :, 0]
-            u = self._dphi_times(torch.from_numpy(z), S["b"], S["w"]).numpy()
+            u = S["dphi_times"](torch.from_numpy(z)).numpy()
             G = np.matmul(u[:, None, :], S["P"])[:, 0, :]
-        return torch.from_numpy(np.ascontiguousarray(G)).add_(self._reg_grad_rows(X))
+        r = self._reg_grad_numpy(X)
+        if r is None:
+            return torch.from_numpy(np.ascontiguousarray(G)).add_(self._reg_grad_rows(X))
+        return torch.from_numpy(np.add(G, r, out=G))
+
+    def _grad(self, X: torch.Tensor) -> torch.Tensor:
+        if self._np is not None:  # on NumPy's threads; torch's count changes no elementwise op
+            return self._numpy_grad(X)
+        return self._torch_grad(X)
 
     @_on_threads
-    def _grad(self, X: torch.Tensor) -> torch.Tensor:
+    def _torch_grad(self, X: torch.Tensor) -> torch.Tensor:
         if self._kernels:
             return self._kernel_grad(X, self._krows, self._ptr)
-        if self._np is not None:
-            return self._numpy_grad(X)
         u = self.dphi(self._margins(X), self._bh) * self._inv_m
         if self._X3 is not None:
             G = torch.bmm(u.view(self.m, 1, -1), self._X3).squeeze(1)
@@ -504,12 +513,21 @@ class GLM(Problem):
         CPU point takes NumPy (:attr:`REG_NUMPY`): the same IEEE operations, so the same bits
         (overflows give the same infinities, silently, as in torch), in about 3 us where
         torch's five small kernels took 7-13 us (phishing, ``d = 68``)."""
+        r = self._reg_grad_numpy(X)
+        if r is not None:
+            return torch.from_numpy(r)
         if X.shape[0] > 1 and X.stride(0) == 0:
             X = X[:1]
-        if self.REG_NUMPY and _numpy_sized(X):
-            with np.errstate(all="ignore"):
-                return torch.from_numpy(self.reg_grad(X.detach().numpy(), self.lam))
         return self.reg_grad(X, self.lam)
+
+    def _reg_grad_numpy(self, X: torch.Tensor) -> np.ndarray | None:
+        """:meth:`_reg_grad_rows` as a NumPy array, where NumPy computes it (else None)."""
+        if X.shape[0] > 1 and X.stride(0) == 0:
+            X = X[:1]
+        if not (self.REG_NUMPY and _numpy_sized(X)):
+            return None
+        with np.errstate(all="ignore"):
+            return self.reg_grad(X.detach().numpy(), self.lam)
 
     def _sample(self, streams: Streams, batch_size: int) -> Batch:
         nodes = self.nodes
@@ -742,6 +760,11 @@ class GLM(Problem):
         broadcast along the points); a loss may compute it in fewer passes, with the same
         numbers."""
         return self.dphi(Z, b) * w
+
+    def _dphi_times_of(self, b: torch.Tensor, w: torch.Tensor):
+        """``Z -> self._dphi_times(Z, b, w)`` for fixed ``b`` and ``w`` (a loss may compute
+        what depends on them alone once, with the same numbers)."""
+        return functools.partial(self._dphi_times, b=b, w=w)
 
     def _choose_points_engine(self, P: torch.Tensor) -> None:
         """The compiled kernels (generic, and compiled for ``R`` points where they serve),

@@ -176,7 +176,7 @@ def blas_threads(n: int | None) -> Iterator[None]:
     if not _BLAS:
         from threadpoolctl import ThreadpoolController
 
-        _BLAS.append(ThreadpoolController().select(user_api="blas").lib_controllers)
+        _BLAS.append(numpy_blas(ThreadpoolController().select(user_api="blas").lib_controllers))
     libs = _BLAS[0]
     before = [lib.get_num_threads() for lib in libs]
     if all(b == n for b in before):
@@ -189,6 +189,17 @@ def blas_threads(n: int | None) -> Iterator[None]:
     finally:
         for lib, b in zip(libs, before, strict=True):
             lib.set_num_threads(b)
+
+
+def numpy_blas(libs: list) -> list:
+    """Of threadpoolctl's BLAS controllers ``libs``, those of NumPy's own BLAS (a wheel's, in
+    ``numpy.libs`` or inside the package), which alone serve ``dense-numpy``: SciPy's wheel
+    brings another, whose get and set calls would double the cost of each gradient's switch.
+    All of ``libs`` where none is NumPy's own (a BLAS the two share, or one not found)."""
+    pkg = os.path.realpath(os.path.dirname(np.__file__))
+    roots = (pkg + os.sep, pkg + ".libs" + os.sep)
+    own = [lib for lib in libs if os.path.realpath(lib.filepath or "").startswith(roots)]
+    return own or list(libs)
 
 
 def _time(call: Callable[[], object]) -> float:

@@ -50,6 +50,14 @@ class LogReg(GLM):
         nb = -b
         return (Z * nb).sigmoid_().mul_(nb * w)
 
+    def _dphi_times_of(self, b: torch.Tensor, w: torch.Tensor):
+        """:meth:`_dphi_times` with ``-b`` and ``-b w`` computed once (the same numbers)."""
+        if not self._signed_labels:
+            return super()._dphi_times_of(b, w)
+        nb = -b
+        nbw = nb * w
+        return lambda Z: (Z * nb).sigmoid_().mul_(nbw)
+
     @functools.cached_property
     def _signed_labels(self) -> bool:
         """Whether every label is -1 or 1."""

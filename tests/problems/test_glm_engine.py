@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import pytest
 import torch
 
@@ -139,25 +140,46 @@ def test_settle_waits_while_this_processs_threads_spin_and_not_after():
     assert glm_engine.settle(limit=3.0) < 1.0  # nothing spins now
 
 
-def test_blas_threads_sets_every_blas_library_and_restores_it():
-    from threadpoolctl import threadpool_info
+def test_blas_threads_sets_numpys_blas_and_restores_it():
+    from threadpoolctl import ThreadpoolController, threadpool_info
 
     def counts():
-        return [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+        infos = [i for i in threadpool_info() if i["user_api"] == "blas"]
+        return {i["filepath"]: i["num_threads"] for i in infos}
 
     before = counts()
     if not before:
         pytest.skip("no BLAS library loaded")
+    libs = ThreadpoolController().select(user_api="blas").lib_controllers
+    own = {lib.filepath for lib in glm_engine.numpy_blas(libs)}
     with glm_engine.blas_threads(1):
-        assert counts() == [1] * len(before)
+        now = counts()
+        assert all(now[f] == 1 for f in own)
+        assert all(now[f] == n for f, n in before.items() if f not in own)  # SciPy's untouched
     assert counts() == before
     with pytest.raises(RuntimeError), glm_engine.blas_threads(1):
         raise RuntimeError("the body failed")
     assert counts() == before  # restored on an exception too
-    with glm_engine.blas_threads(before[0]):
-        assert counts()[0] == before[0]
     with glm_engine.blas_threads(None):
         assert counts() == before
+
+
+def test_numpy_blas_is_numpys_own_library():
+    """NumPy's wheel brings its BLAS in ``numpy.libs`` (or inside the package), SciPy's wheel
+    another: only NumPy's serves ``dense-numpy``; a BLAS found elsewhere (shared) is kept."""
+    import types
+
+    pkg = os.path.dirname(np.__file__)
+
+    def lib(path):
+        return types.SimpleNamespace(filepath=path)
+
+    numpy_lib, scipy_lib = lib(pkg + ".libs/libopenblas64_.so"), lib(pkg + "_x.libs/libblas.so")
+    assert glm_engine.numpy_blas([scipy_lib, numpy_lib]) == [numpy_lib]
+    inside = lib(os.path.join(pkg, "_core", "libblas.so"))
+    assert glm_engine.numpy_blas([inside, scipy_lib]) == [inside]
+    shared = [lib("/usr/lib/libopenblas.so"), lib(None)]
+    assert glm_engine.numpy_blas(shared) == shared
 
 
 def test_choose_keeps_the_fastest(monkeypatch):

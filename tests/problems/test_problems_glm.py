@@ -415,6 +415,9 @@ def test_logistic_weighted_derivative_in_three_passes_is_the_four_pass_one(dtype
     nan = torch.isnan(four)
     assert torch.equal(nan, torch.isnan(three))
     assert torch.equal(four[~nan].view(bits), three[~nan].view(bits))
+    once = p._dphi_times_of(b, w)(Z)  # what depends on b and w alone, computed once
+    assert torch.equal(nan, torch.isnan(once))
+    assert torch.equal(four[~nan].view(bits), once[~nan].view(bits))
 
     odd = b * 0.3  # labels outside {-1, 0, 1}: the short form rounds differently there ...
     nb = -odd
@@ -422,6 +425,7 @@ def test_logistic_weighted_derivative_in_three_passes_is_the_four_pass_one(dtype
     p._b64 = p._b64 * 0.3  # ... and a problem with such labels takes the four passes
     p.__dict__.pop("_signed_labels", None)
     assert torch.equal(p._dphi_times(Z, odd, w)[2:], GLM._dphi_times(p, Z, odd, w)[2:])
+    assert torch.equal(p._dphi_times_of(odd, w)(Z)[2:], GLM._dphi_times(p, Z, odd, w)[2:])
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
