@@ -30,13 +30,14 @@ import torch
 from compressors.compiled_quant import _FORMAT
 from streams.compiled import _GOLDEN, launch, numba
 
-__all__ = ["ENABLED", "encode", "lanes"]
+__all__ = ["ENABLED", "abs_sums", "encode", "lanes", "sums_match"]
 
 ENABLED = numba is not None
 DTYPES = (torch.float32, torch.float64)
 GRAIN = 32768  # ATen's GRAIN_SIZE: shorter reductions run on one thread
 SUB = 8192  # entries quantized, then summed from cache, at a time (whole cascade blocks)
 _LANES: dict[int, int | None] = {}  # thread count -> the matching lane count (None: none)
+_SUMS: dict[int, bool] = {}  # thread count -> whether abs_sums gives torch's bits
 
 
 def usable(x: torch.Tensor) -> bool:
@@ -84,6 +85,47 @@ def encode(x, norm, factor, s: int, keys: torch.Tensor, lane_count: int | None =
     counts = counts.sum(axis=0, keepdims=True) if two_pass else counts
     sums = torch.from_numpy(out)
     return signs, levels, torch.from_numpy(counts), sums[:, 0] / d, sums[:, 1] / d
+
+
+def abs_sums(x: torch.Tensor) -> torch.Tensor | None:
+    """Per row of ``x`` (float32 or float64, 2-D, on a CPU), ``x.abs().sum(dim=1,
+    dtype=torch.float64)``, the same bits (ATen sums a float32 row into a float64 result in the
+    order it sums the row's float64 copy, as :func:`encode` sums ``|y|``), in one pass with no
+    copy of ``|x|``; None where that was not found to hold at the current thread count
+    (:func:`sums_match`). SIDCo's one-stage fit sums its rows so."""
+    if not (usable(x) and sums_match()):
+        return None
+    x = x.detach().contiguous()
+    m, d = x.shape
+    threads = torch.get_num_threads()
+    shares = np.array(_shares(m, d, threads), dtype=np.int64).reshape(-1, 3)
+    part = np.empty((shares.shape[0], 2), dtype=np.float64)
+    out = np.empty(m, dtype=np.float64)
+    launch(_abs_sums, x.numpy(), (shares, lanes(), shares.shape[0] > m, threads), part, out)
+    return torch.from_numpy(out)
+
+
+def sums_match() -> bool:
+    """Whether :func:`abs_sums` gives torch's bits at the current thread count: checked once
+    per count, in float32 and float64, on rows that take each of torch's paths (short, long,
+    one long row cut into the threads' shares), magnitudes spread over 2^+-20."""
+    threads = torch.get_num_threads()
+    if threads not in _SUMS:
+        _SUMS[threads] = False
+        if ENABLED and lanes() is not None:
+            gen = torch.Generator().manual_seed(1)
+            sizes = (1, 3, 7, 21, 100, 1000, GRAIN - 1, GRAIN, GRAIN + 1, 3 * GRAIN + 77)
+            ok = True
+            for dtype in DTYPES:
+                for m, n in [(1, n) for n in sizes] + [(3, 1001), (2, 2 * GRAIN + 5)]:
+                    x = torch.randn(m, n, generator=gen, dtype=torch.float64)
+                    x = (x * torch.exp(7 * torch.randn(m, n, generator=gen))).to(dtype)
+                    want = x.abs().sum(dim=1, dtype=torch.float64)
+                    _SUMS[threads] = True  # abs_sums may run for the comparison
+                    ok &= torch.equal(abs_sums(x).view(torch.int64), want.view(torch.int64))
+                    _SUMS[threads] = False
+            _SUMS[threads] = ok
+    return _SUMS[threads]
 
 
 def lanes() -> int | None:
@@ -145,6 +187,14 @@ if numba is not None:
                 y = np.float64(row[q]) * f
                 a1[q] += abs(y)
                 a2[q] += y * y
+
+    @_inline
+    def _rows_abs(xs, count, W, a1):
+        """:func:`_rows` of ``|x|`` alone (``f = 1``: ``y`` is ``x``; no squares)."""
+        for r in range(count):
+            row = xs[r * W : r * W + W]
+            for q in range(W):
+                a1[q] += abs(np.float64(row[q]))
 
     @_inline
     def _up(acc1, acc2, i, mask, power):
@@ -214,6 +264,35 @@ if numba is not None:
         _rows(a[i * W :], rows - i, 1.0, W, acc1[0], acc2[0])
         _finish(a, 1.0, V, rows, acc1, acc2, out)
         return out[0]
+
+    @_pjit
+    def _abs_sums(x, cut, part, out):
+        """:func:`abs_sums`: each share summed as :func:`_encode` sums ``|y|`` (``y = x``),
+        then the shares of a single row as torch adds them. ``cut``: as :func:`_encode`'s."""
+        shares, V, two, T = cut
+        W = 4 * V
+        for t in numba.prange(shares.shape[0]):
+            j, b, e = shares[t, 0], shares[t, 1], shares[t, 2]
+            xs = x[j, b:e]
+            acc1, acc2 = np.zeros((4, W)), np.zeros((4, W))
+            rows = (e - b) // W
+            power = max(4, _ceil_log2(rows) // 4)
+            step = 1 << power
+            i = 0
+            while i + step <= rows:
+                _rows_abs(xs[i * W :], step, W, acc1[0])
+                i += step
+                _up(acc1, acc2, i, step - 1, power)
+            _rows_abs(xs[i * W :], rows - i, W, acc1[0])
+            _finish(xs, 1.0, V, rows, acc1, acc2, part[t])
+        if two:  # each share's sum into a zeroed buffer slot (one per thread), then the buffer
+            buf = np.zeros(T)
+            for t in range(shares.shape[0]):
+                buf[t] = 0.0 + part[t, 0]
+            out[0] = 0.0 + _short(buf, V)
+        else:
+            for j in range(out.shape[0]):
+                out[j] = 0.0 + part[j, 0]
 
     @_jit
     def _quantize(xs, den, one, sf, finite, z0, ush, uscale, s, ss, ls, h, sym):

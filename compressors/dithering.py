@@ -8,7 +8,7 @@ from typing import ClassVar
 
 import torch
 
-from compressors import compiled_quant
+from compressors import compiled_quant, compiled_shared_scale
 from compressors.base import Compressor, Packet, check_float_bits, work_dtype
 from compressors.bitpack import BitReader, BitWriter, read_elias_levels, write_elias_levels
 from compressors.nonfinite import safe_norm
@@ -110,7 +110,9 @@ class _Dithering(Compressor):
         # max-abs is exact; the 2-norm is scaled where it would overflow or underflow and
         # saturates at the dtype's max, which keeps C unbiased and omega valid (the scale is
         # at most ||x||_2 and at least every |x_j|); see compressors.nonfinite
-        if self.p == math.inf:
+        if self.p == math.inf and kernel and compiled_shared_scale.usable(x):
+            norm = compiled_shared_scale.max_abs(x)  # one pass (two for _max_abs), same bits
+        elif self.p == math.inf:
             norm = _max_abs(x) if a is None else a.amax(dim=1)
         else:
             norm = safe_norm(x, a, x_i.dtype)

@@ -8,12 +8,25 @@ from typing import ClassVar
 
 import torch
 
-from compressors import compiled_dense
+from compressors import compiled_dense, compiled_gennorm
 from compressors.base import Compressor, Packet, check_float_bits
 from compressors.threshold import INDEX_CODES, Threshold
 from streams import Streams
 
 DISTS = ("exp", "gpd")
+
+
+def _abs_sums(x: torch.Tensor) -> torch.Tensor:
+    """``x.abs().sum(dim=1, dtype=torch.float64)``: by the compiled pass where it gives these
+    bits (no float32 ``|x|`` nor float64 copy made: 2.5e7 entries, 15 -> 3.3 ms), with
+    torch's own sums for rows that are not finite (their NaN's bits are torch's)."""
+    total = compiled_gennorm.abs_sums(x)
+    if total is None:
+        return x.abs().sum(dim=1, dtype=torch.float64)
+    bad = ~torch.isfinite(total)
+    if bool(bad.any()):
+        total[bad] = x[bad].abs().sum(dim=1, dtype=torch.float64)
+    return total
 
 
 @dataclass(frozen=True)
@@ -120,7 +133,7 @@ class SIDCo(Compressor):
             if stage == 0:  # a - 0 = a everywhere: the same numbers, summed the same way
                 count = torch.full((m,), d, dtype=torch.int64, device=x_i.device)
                 y = a
-                total = x_i.abs().sum(dim=1, dtype=torch.float64) if a is None else a.sum(dim=1)
+                total = a.sum(dim=1) if a is not None else _abs_sums(x_i)
             else:
                 count = above.sum(dim=1)
                 y = torch.where(above, a - t[:, None], 0.0)

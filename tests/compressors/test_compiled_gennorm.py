@@ -95,3 +95,32 @@ def test_compiled_gennorm_rows_with_nan_or_inf_take_torchs_fit():
         x = _input(3, 5000, 0, torch.float32, gen)
         x[1, 17] = bad
         _check(parse_spec("gennorm"), x, Streams.for_nodes(2, range(3)))
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_abs_sums_are_torchs_sums_at_any_thread_count(threads):
+    """SIDCo's ``sum_j |x_j|`` in float64 (:func:`compiled_gennorm.abs_sums`): torch's bits
+    for short rows, long rows, a single row summed in shares, float32 and float64."""
+    gen = torch.Generator().manual_seed(10 + threads)
+    G = compiled_gennorm.GRAIN
+    with _threads(threads):
+        assert compiled_gennorm.sums_match()
+        for m, d, kind in [(1, 3 * G + 77, 0), (1, G, 5), (4, 333, 1), (2, 2 * G + 5, 0)]:
+            for dtype in (torch.float32, torch.float64):
+                x = _input(m, d, kind, dtype, gen)
+                want = x.abs().sum(dim=1, dtype=torch.float64)
+                got = compiled_gennorm.abs_sums(x)
+                finite = torch.isfinite(want)
+                assert torch.equal(finite, torch.isfinite(got))
+                assert torch.equal(got[finite].view(torch.int64), want[finite].view(torch.int64))
+
+
+def test_abs_sums_check_refuses_another_order(monkeypatch):
+    """With a lane count that is not torch's, the check fails and no sums are given (the
+    caller then takes torch's): the check can tell the orders apart."""
+    wrong = 8 if compiled_gennorm.lanes() != 8 else 4
+    monkeypatch.setattr(compiled_gennorm, "_SUMS", {})
+    monkeypatch.setattr(compiled_gennorm, "lanes", lambda: wrong)
+    assert not compiled_gennorm.sums_match()
+    x = torch.randn(2, 5000, generator=torch.Generator().manual_seed(0))
+    assert compiled_gennorm.abs_sums(x) is None

@@ -68,7 +68,7 @@ def test_the_one_pass_form_gives_the_torch_forms_payload(dtype, monkeypatch):
     monkeypatch.setattr(compiled_dense, "FAST_FROM", 0)
     C = parse_spec("sidco:ratio=0.05")
     g = torch.Generator().manual_seed(1)
-    for m, d in [(1, 7), (3, 1000), (2, 2 * compiled_dense.CHUNK + 5)]:
+    for m, d in [(1, 7), (3, 1000), (2, 2 * compiled_dense.CHUNK + 5), (1, 3 * 32768 + 77)]:
         x = (torch.randn(m, d, generator=g, dtype=torch.float64) * 3).to(dtype)
         x[0, 3] = math.nan if m > 1 else x[0, 3]
         x[-1, :2] = torch.finfo(dtype).max / 2
