@@ -480,7 +480,8 @@ class GLM(Problem):
         r = self._reg_grad_numpy(X)
         if r is None:
             return torch.from_numpy(np.ascontiguousarray(G)).add_(self._reg_grad_rows(X))
-        return torch.from_numpy(np.add(G, r, out=G))
+        with np.errstate(all="ignore"):  # as silent as torch's add_ (inf - inf, overflow)
+            return torch.from_numpy(np.add(G, r, out=G))
 
     def _grad(self, X: torch.Tensor) -> torch.Tensor:
         if self._np is not None:  # on NumPy's threads; torch's count changes no elementwise op
