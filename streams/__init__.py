@@ -119,11 +119,16 @@ def _mix_int(z: int) -> int:
 
 def _key_int(seed: int, tags: Sequence[int]) -> int:
     """The key of ``(seed, *tags)`` as a signed 64-bit integer (see :meth:`Streams.shared`)."""
-    g = _GOLDEN & _MASK
-    key = _mix_int(seed + g)
+    key = _mix_int(seed + (_GOLDEN & _MASK))
     for tag in tags:
-        key = _mix_int(key ^ _mix_int(_as_int64(tag) * g + g))
+        key = _join_int(key, tag)
     return _as_int64(key)
+
+
+def _join_int(key: int, tag: int) -> int:
+    """The key (unsigned) once ``tag`` joins ``key``: one step of :func:`_key_int`."""
+    g = _GOLDEN & _MASK
+    return _mix_int(key ^ _mix_int(_as_int64(tag) * g + g))
 
 
 def shared_uniform(seed: int, *tags: int) -> float:
@@ -151,19 +156,14 @@ class NodeKeys:
 
     def __init__(self, seed: int, nodes: torch.Tensor, *tags: int) -> None:
         self.nodes = torch.as_tensor(nodes, dtype=torch.int64).reshape(-1)
-        g = _GOLDEN & _MASK
-        key = _mix_int(seed + g)
-        for tag in tags:
-            key = _mix_int(key ^ _mix_int(_as_int64(tag) * g + g))
-        self._prefix = key
+        self._prefix = _key_int(seed, tags) & _MASK
         # each node's mix(node golden + golden), the tag that _derive gives every row
         self._mixed = _mix(self.nodes * _GOLDEN + _GOLDEN)
         self._compiled = compiled.ENABLED and self.nodes.device.type == "cpu"
 
     def at(self, t: int) -> Streams:
         """The streams of step ``t``."""
-        g = _GOLDEN & _MASK
-        base = _as_int64(_mix_int(self._prefix ^ _mix_int(_as_int64(t) * g + g)))
+        base = _as_int64(_join_int(self._prefix, t))  # _key_int(seed, (*tags, t))
         if self._compiled:
             keys = compiled.mix_each(base, self._mixed)
         else:
