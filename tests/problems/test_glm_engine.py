@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 
 import numpy as np
@@ -162,6 +163,12 @@ def test_blas_threads_sets_numpys_blas_and_restores_it():
     assert counts() == before  # restored on an exception too
     with glm_engine.blas_threads(None):
         assert counts() == before
+    assert glm_engine.blas_set(None) is None
+    assert glm_engine.blas_set(before[next(iter(own))]) is None  # already the count
+    token = glm_engine.blas_set(1)  # the pair the dense-numpy gradient calls
+    assert all(counts()[f] == 1 for f in own)
+    glm_engine.blas_restore(token)
+    assert counts() == before
 
 
 def test_numpy_blas_is_numpys_own_library():
@@ -207,6 +214,45 @@ def test_every_engine_computes_the_same_gradients(storage, threads):
     name = p.engine.split("/")[0]
     assert name in (storage, f"{storage}-torch")  # the compiled ones fall back without numba
     assert p.dense == name.startswith("dense")
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_dense_numpy_gradient_is_the_torch_composition_bit_for_bit(dtype):
+    """dense-numpy's gradient (margins and sums by NumPy's BLAS, the weights in place in NumPy
+    around torch's sigmoid, the regulariser's gradient added in NumPy) equals, bit for bit, the
+    same BLAS products around torch's weights and torch's add of the regulariser's gradient:
+    at one point, at a point per node, and at points with an infinity, a NaN and an overflow,
+    with no warning from NumPy (torch is silent there)."""
+    import warnings
+
+    p = make_problem("logreg-nonconvex", **BIG, storage="dense-numpy", threads=1, dtype=dtype)
+    if p._np is None:
+        pytest.skip("dense-numpy needs SciPy's threadpoolctl")
+    S = p._np
+    P, (m, c, d) = S["P"], S["P"].shape
+    torch_weights = p._dphi_times_of(S["b"], S["w"])
+
+    def reference(X):
+        Xn = X.detach().contiguous().numpy()
+        with np.errstate(all="ignore"):
+            z = np.matmul(P, Xn[:, :, None])[:, :, 0] if X.shape[0] > 1 else (S["P2"] @ Xn[0])
+        u = torch_weights(torch.from_numpy(z.reshape(m, c))).numpy()
+        G = torch.from_numpy(np.ascontiguousarray(np.matmul(u[:, None, :], P)[:, 0, :]))
+        return G.add_(p.reg_grad(X, p.lam))
+
+    g = torch.Generator().manual_seed(1)
+    X = (0.3 * torch.randn(m, d, generator=g, dtype=torch.float64)).to(p.dtype)
+    odd = X.clone()
+    odd[0, 0], odd[1, 2], odd[2, 4] = math.inf, math.nan, 1e30
+    bits = torch.int64 if dtype == "float64" else torch.int32
+    for pt in (X[:1], X, X[0][None].expand(m, d), odd):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            got = p.grad(pt) if pt.shape[0] > 1 else p.grad(pt[0])
+        want = reference(pt if pt.stride(0) else pt[:1]).expand(m, d)
+        nan = torch.isnan(want)
+        assert torch.equal(nan, torch.isnan(got))
+        assert torch.equal(got[~nan].view(bits), want[~nan].view(bits))
 
 
 def test_use_engine_switches_and_threads_are_restored():

@@ -418,6 +418,11 @@ def test_logistic_weighted_derivative_in_three_passes_is_the_four_pass_one(dtype
     once = p._dphi_times_of(b, w)(Z)  # what depends on b and w alone, computed once
     assert torch.equal(nan, torch.isnan(once))
     assert torch.equal(four[~nan].view(bits), once[~nan].view(bits))
+    z = Z.numpy().copy()  # dense-numpy's weights: in place on NumPy margins, the same bits
+    in_place = torch.from_numpy(p._dphi_times_numpy_of(b, w)(z))
+    assert in_place.data_ptr() == torch.from_numpy(z).data_ptr()
+    assert torch.equal(nan, torch.isnan(in_place))
+    assert torch.equal(four[~nan].view(bits), in_place[~nan].view(bits))
 
     odd = b * 0.3  # labels outside {-1, 0, 1}: the short form rounds differently there ...
     nb = -odd
@@ -426,6 +431,8 @@ def test_logistic_weighted_derivative_in_three_passes_is_the_four_pass_one(dtype
     p.__dict__.pop("_signed_labels", None)
     assert torch.equal(p._dphi_times(Z, odd, w)[2:], GLM._dphi_times(p, Z, odd, w)[2:])
     assert torch.equal(p._dphi_times_of(odd, w)(Z)[2:], GLM._dphi_times(p, Z, odd, w)[2:])
+    out = torch.from_numpy(p._dphi_times_numpy_of(odd, w)(Z.numpy().copy()))
+    assert torch.equal(out[2:], GLM._dphi_times(p, Z, odd, w)[2:])
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
