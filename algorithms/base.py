@@ -55,6 +55,16 @@ def _plain_state_init(self, *args, **kwargs):
 State.__init__ = _plain_state_init
 
 
+def step_mode(problem) -> torch.inference_mode:
+    """How the runner runs a method on ``problem``: in torch's inference mode where the
+    problem's functions make no use of autograd (its ``autograd_free``), else with autograd as
+    it stands. The numbers are the same; inference mode spares each tensor operation autograd's
+    bookkeeping, about 0.2 us of a 1.3 us small add, and 15-50 us of a step of EF21, DIANA,
+    MARINA or DASHA on the papers' LIBSVM sets (0.22-1.0 ms). Tensors made inside are
+    inference tensors: read-only outside it (a clone is a normal tensor)."""
+    return torch.inference_mode(bool(getattr(problem, "autograd_free", False)))
+
+
 def uncharged_init(state: State, x0: torch.Tensor, bits_up: float) -> list[str]:
     """The server fields of a method's first state that hold something no message brought: a
     non-zero tensor other than a copy of ``x^0`` (which every party has) when the comm layer

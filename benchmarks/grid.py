@@ -75,6 +75,7 @@ def _sync(device: str) -> None:
 
 def step_times(name: str, steps: int, repeats: int = 3, device: str = "cpu") -> dict:
     """One run's step and a 12-run batch's step on set ``name`` (seconds, medians)."""
+    from algorithms.base import step_mode
     from algorithms.batching import for_runs
     from algorithms.registry import get_algorithm
     from comm import SimulatedComm
@@ -85,32 +86,33 @@ def step_times(name: str, steps: int, repeats: int = 3, device: str = "cpu") -> 
 
     problem = make_problem("logreg-nonconvex", dataset=name, split="contiguous:last", nodes=20,
                            lam=0.1, x0="randn", seed=0, device=device)  # fmt: skip
-    algo, _ = get_algorithm("ef21").configure(problem, parse_spec("topk:k=1"))
-    n = problem.n
-    single_comm = SimulatedComm(n, seed=0)
-    tiled = Tiled(problem, BATCH)
-    comm = BatchedSimulatedComm(n, BATCH, 0)
-    batch = for_runs(algo, [algo.gamma * 2.0**k for k in range(BATCH)], n, problem.dtype,
-                     problem.device)  # fmt: skip
-    one_state = algo.init(problem.x0, problem, single_comm)
-    state = batch.init(tiled.x0, tiled, comm)
-    algo.step(one_state, problem, single_comm)
-    batch.step(state, tiled, comm)  # compiles and chooses the kernels
-    alone, together = [], []
-    for _ in range(repeats):
-        _sync(device)
-        t0 = time.perf_counter()
-        s = one_state
-        for _ in range(steps):
-            s, _ = algo.step(s, problem, single_comm)
-        _sync(device)
-        alone.append((time.perf_counter() - t0) / steps)
-        t0 = time.perf_counter()
-        s = state
-        for _ in range(steps):
-            s, _ = batch.step(s, tiled, comm)
-        _sync(device)
-        together.append((time.perf_counter() - t0) / steps)
+    with step_mode(problem):  # as the runner steps
+        algo, _ = get_algorithm("ef21").configure(problem, parse_spec("topk:k=1"))
+        n = problem.n
+        single_comm = SimulatedComm(n, seed=0)
+        tiled = Tiled(problem, BATCH)
+        comm = BatchedSimulatedComm(n, BATCH, 0)
+        batch = for_runs(algo, [algo.gamma * 2.0**k for k in range(BATCH)], n, problem.dtype,
+                         problem.device)  # fmt: skip
+        one_state = algo.init(problem.x0, problem, single_comm)
+        state = batch.init(tiled.x0, tiled, comm)
+        algo.step(one_state, problem, single_comm)
+        batch.step(state, tiled, comm)  # compiles and chooses the kernels
+        alone, together = [], []
+        for _ in range(repeats):
+            _sync(device)
+            t0 = time.perf_counter()
+            s = one_state
+            for _ in range(steps):
+                s, _ = algo.step(s, problem, single_comm)
+            _sync(device)
+            alone.append((time.perf_counter() - t0) / steps)
+            t0 = time.perf_counter()
+            s = state
+            for _ in range(steps):
+                s, _ = batch.step(s, tiled, comm)
+            _sync(device)
+            together.append((time.perf_counter() - t0) / steps)
     return {
         "set": name,
         "single_s": statistics.median(alone),

@@ -52,6 +52,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from algorithms.base import step_mode
 from algorithms.registry import ALGORITHMS
 from benchmarks import bandwidth
 from benchmarks.baselines_sparse import DashaLoop, DianaLoop, EF21Loop, MarinaLoop, nodes_from_csr
@@ -160,13 +161,15 @@ def vec_for(problem, name: str, algo, k: int, steps: int, data: VecData, seed: i
 
 
 def time_compzoo(algo, problem, steps: int) -> float:
-    """Seconds per step of ``steps`` steps after an untimed ``init``."""
-    comm = SimulatedComm(problem.n, seed=0)
-    state = algo.init(problem.x0, problem, comm)
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        state, _info = algo.step(state, problem, comm)
-    return (time.perf_counter() - t0) / steps
+    """Seconds per step of ``steps`` steps after an untimed ``init``, in the runner's autograd
+    mode (:func:`algorithms.base.step_mode`)."""
+    with step_mode(problem):
+        comm = SimulatedComm(problem.n, seed=0)
+        state = algo.init(problem.x0, problem, comm)
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            state, _info = algo.step(state, problem, comm)
+        return (time.perf_counter() - t0) / steps
 
 
 def paper_problem(path: Path, dtype: str, storage: str = "auto"):

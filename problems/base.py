@@ -174,6 +174,11 @@ class Problem:
     #: the step a method uses with ``--step theory`` when its theory needs constants this problem
     #: does not know (deep nets); None: such a run must give ``--step``.
     default_step: ClassVar[float | None] = None
+    #: Whether the problem's functions make no use of torch's autograd (gradients in closed
+    #: form): the runner then steps methods in torch's inference mode
+    #: (:func:`algorithms.base.step_mode`). A problem that differentiates by autograd, or may
+    #: (a subclass of this class written elsewhere), keeps False.
+    autograd_free: ClassVar[bool] = False
 
     def __init__(
         self,

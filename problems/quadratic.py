@@ -71,6 +71,7 @@ class Quadratic(Problem):
     convex = True  # f is strongly convex; single f_i may be indefinite
     knobs = QUAD_KNOBS
     family: ClassVar[str] = ""
+    autograd_free = True
 
     @classmethod
     def build(

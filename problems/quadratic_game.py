@@ -78,6 +78,7 @@ class QuadraticGame(Problem):
     convex = True  # strongly monotone: z* exists, is unique and known
     #: a variational inequality: F is an operator, not the gradient of an objective.
     variational = True
+    autograd_free = True
     knobs = {
         "dim": (10, "quadratic-game: dimension of x and of y each (d = 2 dim)"),
         "mu": (0.1, "quadratic-game: strong monotonicity of F (lambda_min of Abar, Cbar)"),

@@ -37,6 +37,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
+from algorithms.base import step_mode
 from algorithms.batching import for_runs
 from algorithms.registry import get_algorithm
 from comm import SimulatedComm
@@ -134,7 +135,8 @@ def run_batch(
     if write and len({str(run.out.resolve()) for run in runs}) < R:
         raise ValueError("two runs of the batch name the same --out folder")
     gammas = [c["step"]["gamma"] for c in configs]
-    return _loop(algo, cls, gammas, problem, runs, n, stop, write, announce, exact)
+    with step_mode(problem):
+        return _loop(algo, cls, gammas, problem, runs, n, stop, write, announce, exact)
 
 
 def _check_shared(arg_list: list) -> None:

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from algorithms.base import Algorithm, uncharged_init
+from algorithms.base import Algorithm, step_mode, uncharged_init
 from compressors.timing import Stopwatch, recording
 from runner.checkpoint import (
     check_history,
@@ -166,7 +166,8 @@ def execute(
     stop = stop or StopSignals()
     fresh = getattr(args, "resume", None) is None
     try:
-        return _execute(algo, problem, config, args, out, comm, is_writer, stop, keep, announce)
+        with step_mode(problem):
+            return _execute(algo, problem, config, args, out, comm, is_writer, stop, keep, announce)
     except Interrupted:
         if fresh and is_writer and out.is_dir():
             with contextlib.suppress(BadInput):

@@ -208,3 +208,61 @@ def test_entry_points_register_names_for_the_command_line(tmp_path):
     assert api.returncode == 0, api.stderr
     res = run(PlainCGD, compressor=Halve(), nodes=4, iters=40, step=0.5, seed=1)
     assert float(api.stdout.split()[-1]) == pytest.approx(res.history["f"].iloc[-1], rel=1e-15)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModeSpy(PlainCGD):
+    """:class:`PlainCGD` noting whether each step runs in torch's inference mode."""
+
+    seen: ClassVar[list] = []
+
+    def _step(self, state: State, problem, comm):
+        ModeSpy.seen.append(torch.is_inference_mode_enabled())
+        return super()._step(state, problem, comm)
+
+
+def _autograd_quadratic(autograd_free: bool):
+    """A quadratic whose gradients come from autograd (as a subclass written for a model
+    might), declaring ``autograd_free`` as given."""
+    from problems.registry import make_problem
+
+    p = make_problem("quadratic", nodes=4, seed=1)
+
+    class AutogradQuadratic(type(p)):
+        def _grad(self, X):
+            with torch.enable_grad():
+                Y = X.detach().clone().requires_grad_()
+                (g,) = torch.autograd.grad(self._node_loss(Y).sum(), Y)
+            return g
+
+    AutogradQuadratic.autograd_free = autograd_free
+    p.__class__ = AutogradQuadratic
+    return p
+
+
+def test_steps_run_in_inference_mode_where_the_problem_uses_no_autograd():
+    """The runner steps a method in torch's inference mode on a problem that declares
+    ``autograd_free`` (the quadratics, the GLMs), with the numbers of steps taken with
+    autograd on; on a problem that does not declare it (here one whose gradients come from
+    autograd) the steps keep autograd, which its gradients need: declared free, they fail."""
+    from algorithms.api import run
+    from algorithms.base import step_mode
+    from problems.registry import make_problem
+
+    assert make_problem("quadratic", nodes=4, seed=1).autograd_free
+    assert make_problem("logreg-nonconvex", dataset="synthetic", nodes=4).autograd_free
+    assert not _autograd_quadratic(False).autograd_free
+    with step_mode(make_problem("quadratic", nodes=4, seed=1)):
+        assert torch.is_inference_mode_enabled()
+    ModeSpy.seen.clear()
+    free = run(ModeSpy, compressor=Halve(), nodes=4, iters=30, step=0.5, seed=1)
+    assert ModeSpy.seen and all(ModeSpy.seen)
+    ModeSpy.seen.clear()
+    kept = run(ModeSpy, compressor=Halve(), problem=_autograd_quadratic(False), iters=30,
+               step=0.5, seed=1)  # fmt: skip
+    assert ModeSpy.seen and not any(ModeSpy.seen)
+    assert kept.status == 0
+    f, g = free.history["f"].to_numpy(), kept.history["f"].to_numpy()
+    assert f[-1] < f[0] and abs(g - f).max() <= 1e-12 * abs(f).max()
+    with pytest.raises(RuntimeError, match="does not require grad"):
+        run(ModeSpy, compressor=Halve(), problem=_autograd_quadratic(True), iters=3, step=0.5)
