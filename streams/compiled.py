@@ -44,6 +44,7 @@ _TWO_M24 = np.float32(2.0**-24)
 # else a vectorised draw of the whole block and torch.topk are faster.
 SUBSET_HEAP_D = 1024
 SUBSET_HEAP_BLOCK = 65536
+_SUBSET_BUF = 1024  # a subset's outputs are made this many at a time (8 KiB, in L1)
 _LOCK = threading.Lock()
 _layer_set = False
 #: A launch whose largest array holds fewer entries runs on one thread: its work (microseconds)
@@ -249,28 +250,46 @@ if numba is not None:
             i = small
 
     @_jit
-    def _subset_row(key, d, heap, pos):
+    def _subset_row(key, d, heap, pos, buf):
+        """``pos``: the positions of the ``k = pos.size`` largest of the first ``d`` outputs
+        of ``key``'s stream, ascending. The first ``k`` fill the heap; the rest are made a
+        block (``buf``) at a time, a loop with no branch that the compiler vectorises, and
+        then scanned against the heap's smallest (1.6-1.8x the speed of one loop doing both:
+        20 rows, k = 10 of d = 112, 9.9 -> 5.7 us)."""
         k = pos.size
         z = key
-        for c in range(d):
+        for c in range(k):
             z += _GOLDEN
-            v = np.int64(_mix(z))
-            if c < k:
-                heap[c], pos[c] = v, c
-                if c == k - 1:
-                    for i in range(k // 2 - 1, -1, -1):
-                        _sift_down(heap, pos, i, k)
-            elif v > heap[0]:
-                heap[0], pos[0] = v, c
-                _sift_down(heap, pos, 0, k)
-        pos.sort()
+            heap[c], pos[c] = np.int64(_mix(z)), c
+        for i in range(k // 2 - 1, -1, -1):
+            _sift_down(heap, pos, i, k)
+        top = heap[0]
+        for start in range(k, d, buf.size):
+            n = min(buf.size, d - start)
+            for i in range(n):  # output c is mix(key + (c + 1) golden)
+                buf[i] = np.int64(_mix(key + np.uint64(start + i + 1) * _GOLDEN))
+            for i in range(n):
+                if buf[i] > top:
+                    heap[0], pos[0] = buf[i], start + i
+                    _sift_down(heap, pos, 0, k)
+                    top = heap[0]
+        if k <= 32:  # insertion sort: numba's sort costs more on a few entries
+            for i in range(1, k):
+                p, j = pos[i], i - 1
+                while j >= 0 and pos[j] > p:
+                    pos[j + 1] = pos[j]
+                    j -= 1
+                pos[j + 1] = p
+        else:
+            pos.sort()
 
     @_jit
     def _subset_serial(keys, d, out):
         """:func:`_subset` on this thread."""
         heap = np.empty(out.shape[1], np.int64)
+        buf = np.empty(min(d, _SUBSET_BUF), np.int64)
         for j in range(out.shape[0]):
-            _subset_row(keys[j], d, heap, out[j])
+            _subset_row(keys[j], d, heap, out[j], buf)
 
     @_pjit
     def _subset(keys, d, out):
@@ -278,5 +297,6 @@ if numba is not None:
         chunks = min(m, 64)
         for c in numba.prange(chunks):
             heap = np.empty(k, np.int64)  # the k largest outputs so far, smallest on top
+            buf = np.empty(min(d, _SUBSET_BUF), np.int64)
             for j in range(c * m // chunks, (c + 1) * m // chunks):
-                _subset_row(keys[j], d, heap, out[j])
+                _subset_row(keys[j], d, heap, out[j], buf)

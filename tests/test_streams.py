@@ -103,7 +103,10 @@ def testcompiled_draws_equal_the_torch_form(dtype, monkeypatch):
     s = Streams.for_nodes(11, range(37), 3, 4)
     fast_bits, fast_u = s.bits64(5, 13), s.uniform(65, dtype=dtype)
     monkeypatch.setattr(compiled, "SUBSET_HEAP_D", 1)  # every subset through the heap kernel
-    fast_sets = [s.subset(d, k) for d, k in ((1, 1), (13, 13), (100, 1), (2000, 37))]
+    # one block of outputs and several (1024 a block), a heap larger than a block, the sorts
+    # of a few and of many positions
+    shapes = ((1, 1), (13, 13), (100, 1), (2000, 37), (2500, 32), (3000, 1100), (1025, 1024))
+    fast_sets = [s.subset(d, k) for d, k in shapes]
     per_row = torch.arange(37, dtype=torch.int64) * 7 - 100
     fast_keys = [s.split(5).keys, s.split(-3).keys, s.split(2**63 - 1).keys]
     fast_keys.append(streams_derive(s.keys, per_row))
@@ -113,7 +116,7 @@ def testcompiled_draws_equal_the_torch_form(dtype, monkeypatch):
     slow_keys.append(streams_derive(s.keys, per_row))
     assert all(torch.equal(a, b) for a, b in zip(fast_keys, slow_keys, strict=True))
     assert torch.equal(fast_u, s.uniform(65, dtype=dtype)) and fast_u.dtype == dtype
-    for got, (d, k) in zip(fast_sets, ((1, 1), (13, 13), (100, 1), (2000, 37)), strict=True):
+    for got, (d, k) in zip(fast_sets, shapes, strict=True):
         assert torch.equal(got, s.subset(d, k))
 
 
