@@ -75,6 +75,7 @@ from streams import interrupts  # noqa: E402
 
 interrupts.guard()
 
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from streams import compiled  # noqa: E402
@@ -160,14 +161,16 @@ class NodeKeys:
         # each node's mix(node golden + golden), the tag that _derive gives every row
         self._mixed = _mix(self.nodes * _GOLDEN + _GOLDEN)
         self._compiled = compiled.ENABLED and self.nodes.device.type == "cpu"
+        if self._compiled:
+            self._mixed_u64 = self._mixed.contiguous().numpy().view(np.uint64)
 
     def at(self, t: int) -> Streams:
         """The streams of step ``t``."""
-        base = _as_int64(_join_int(self._prefix, t))  # _key_int(seed, (*tags, t))
+        base = _join_int(self._prefix, t)  # _key_int(seed, (*tags, t)), unsigned
         if self._compiled:
-            keys = compiled.mix_each(base, self._mixed)
+            keys = compiled.mix_each(base, self._mixed_u64)
         else:
-            keys = _mix(torch.full_like(self._mixed, base) ^ self._mixed)
+            keys = _mix(torch.full_like(self._mixed, _as_int64(base)) ^ self._mixed)
         return Streams(keys, self.nodes)
 
 

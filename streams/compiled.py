@@ -45,6 +45,13 @@ _TWO_M24 = np.float32(2.0**-24)
 SUBSET_HEAP_D = 1024
 SUBSET_HEAP_BLOCK = 65536
 _SUBSET_BUF = 1024  # a subset's outputs are made this many at a time (8 KiB, in L1)
+# Subsets of k >= _CUT_K of d <= _CUT_D take the cut (_subset_cut_row): for k below it the
+# heap rarely sifts (k = 1 of 112: 2.9 us by the heap, 3.9 by the cut; k = 3 of 123: 4.7 and
+# 5.2); its buffers hold d words.
+_CUT_K = 8
+_CUT_D = 4096
+_TWO63, _TWO64 = 2.0**63, 2.0**64
+_INT64_MAX = np.int64(np.iinfo(np.int64).max)
 _LOCK = threading.Lock()
 _layer_set = False
 #: A launch whose largest array holds fewer entries runs on one thread: its work (microseconds)
@@ -69,7 +76,10 @@ def launch(kernel, *args, serial=None) -> None:
     ``serial``: the kernel's one-thread twin (the same rows, one after the other), called
     directly where the work would run on one thread: no lock, no thread set-up, and none of a
     parallel kernel's fixed cost (Top-K of 20 x 112 entries: 4.0 -> 2.6 us)."""
-    work = max((a.size for a in args if isinstance(a, np.ndarray)), default=0)
+    work = 0
+    for a in args:  # a loop: a generator's set-up costs a microsecond a launch
+        if isinstance(a, np.ndarray) and a.size > work:
+            work = a.size
     if serial is not None and work < SERIAL_BELOW:
         serial(*args)
         return
@@ -168,22 +178,22 @@ def derive(keys: torch.Tensor, tag: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def mix_each(base: int, mixed: torch.Tensor) -> torch.Tensor:
-    """``mix(base ^ mixed[j])`` per row (``mixed`` int64 ``(m,)``, ``base`` a signed 64-bit
-    integer): :func:`derive` of the key ``base`` when each row's tag mix is already known."""
-    out = torch.empty_like(mixed)
-    z = np.uint64(base & _MASK64)
-    _mix_each(z, mixed.contiguous().numpy().view(np.uint64), out.numpy().view(np.uint64))
-    return out
+def mix_each(base: int, mixed: np.ndarray) -> torch.Tensor:
+    """``mix(base ^ mixed[j])`` per row, int64 ``(m,)`` (``mixed`` uint64 ``(m,)``, ``base`` a
+    64-bit integer): :func:`derive` of the key ``base`` when each row's tag mix is already
+    known. NumPy's buffers and views: a step's keys of 20 nodes, 6.5 -> 4.1 us."""
+    out = np.empty(mixed.size, np.uint64)
+    _mix_each(np.uint64(base & _MASK64), mixed, out)
+    return torch.from_numpy(out.view(np.int64))
 
 
 def subset(keys: torch.Tensor, d: int, k: int) -> torch.Tensor:
     """int64 ``(m, k)``, ascending: per row the positions of the ``k`` largest of the first
     ``d`` SplitMix64 outputs (as signed int64), the subset ``Streams.subset`` draws. The
     outputs are generated on the fly into a ``k``-entry heap: no ``(m, d)`` block is made."""
-    out = torch.empty(keys.numel(), k, dtype=torch.int64)
-    launch(_subset, keys.numpy().view(np.uint64), d, out.numpy(), serial=_subset_serial)
-    return out
+    out = np.empty((keys.numel(), k), np.int64)
+    launch(_subset, keys.numpy().view(np.uint64), d, out, serial=_subset_serial)
+    return torch.from_numpy(out)
 
 
 if numba is not None:
@@ -254,8 +264,8 @@ if numba is not None:
         """``pos``: the positions of the ``k = pos.size`` largest of the first ``d`` outputs
         of ``key``'s stream, ascending. The first ``k`` fill the heap; the rest are made a
         block (``buf``) at a time, a loop with no branch that the compiler vectorises, and
-        then scanned against the heap's smallest (1.6-1.8x the speed of one loop doing both:
-        20 rows, k = 10 of d = 112, 9.9 -> 5.7 us)."""
+        then scanned against the heap's smallest (20 rows, k = 10 of d = 112, new keys each
+        call: the draw took 27 us in one loop doing both, 20 us so)."""
         k = pos.size
         z = key
         for c in range(k):
@@ -284,19 +294,65 @@ if numba is not None:
             pos.sort()
 
     @_jit
+    def _subset_cut_row(key, d, tau, cap, pos, words, cv, ci, heap, buf):
+        """:func:`_subset_row` through a cut: the ``d`` outputs made at once (``words``), those
+        above ``tau`` (about ``k + 2 sqrt(k) + 2`` of them) gathered in order with no branch,
+        and the smallest dropped until ``k`` remain; the positions are then in order, with no
+        sort. A heap's sifts branch on random words, which no predictor learns (20 rows, k =
+        10 of d = 112, new keys each call: 15.0 us through the heap, 6.6 us through the cut).
+        With fewer than ``k`` above the cut (under 1 % of rows), or more than ``cap``, the
+        row takes the heap. Equal words (probability below ``d^2 / 2^64``): the earlier
+        position is kept."""
+        k = pos.size
+        for i in range(d):
+            words[i] = np.int64(_mix(key + np.uint64(i + 1) * _GOLDEN))
+        c = 0
+        for i in range(d):
+            v = words[i]
+            cv[c], ci[c] = v, i
+            c += v > tau
+        if c < k or c > cap:
+            _subset_row(key, d, heap, pos, buf)
+            return
+        for _ in range(c - k):  # drop the smallest, the latest of equal ones first
+            low, at = cv[0], 0
+            for b in range(1, c):
+                if cv[b] <= low:
+                    low, at = cv[b], b
+            cv[at], ci[at] = _INT64_MAX, -1
+        o = 0
+        for a in range(c):
+            if ci[a] >= 0 and o < k:  # (o < k: never past the row, even at a word of 2^63 - 1)
+                pos[o] = ci[a]
+                o += 1
+
+    @_jit
+    def _subset_rows(keys, d, out, start, stop):
+        """Rows ``start:stop`` of :func:`_subset`: through the cut where ``k`` is not small
+        and the row fits the buffers, else through the heap."""
+        k = out.shape[1]
+        heap = np.empty(k, np.int64)  # the k largest outputs so far, smallest on top
+        buf = np.empty(min(d, _SUBSET_BUF), np.int64)
+        want = k + 2.0 * np.sqrt(k) + 2.0  # about 2 standard deviations above k
+        if k >= _CUT_K and d <= _CUT_D and want < d:
+            tau = np.int64(_TWO63 - want / d * _TWO64)  # P(word > tau) = want / d
+            cap = np.int64(2.0 * want) + 16
+            words = np.empty(d, np.int64)
+            cv, ci = np.empty(d, np.int64), np.empty(d, np.int64)
+            for j in range(start, stop):
+                _subset_cut_row(keys[j], d, tau, cap, out[j], words, cv, ci, heap, buf)
+        else:
+            for j in range(start, stop):
+                _subset_row(keys[j], d, heap, out[j], buf)
+
+    @_jit
     def _subset_serial(keys, d, out):
         """:func:`_subset` on this thread."""
-        heap = np.empty(out.shape[1], np.int64)
-        buf = np.empty(min(d, _SUBSET_BUF), np.int64)
-        for j in range(out.shape[0]):
-            _subset_row(keys[j], d, heap, out[j], buf)
+        _subset_rows(keys, d, out, 0, out.shape[0])
 
     @_pjit
     def _subset(keys, d, out):
-        m, k = out.shape
+        m = out.shape[0]
         chunks = min(m, 64)
         for c in numba.prange(chunks):
-            heap = np.empty(k, np.int64)  # the k largest outputs so far, smallest on top
-            buf = np.empty(min(d, _SUBSET_BUF), np.int64)
-            for j in range(c * m // chunks, (c + 1) * m // chunks):
-                _subset_row(keys[j], d, heap, out[j], buf)
+            _subset_rows(keys, d, out, c * m // chunks, (c + 1) * m // chunks)

@@ -107,6 +107,8 @@ def testcompiled_draws_equal_the_torch_form(dtype, monkeypatch):
     # of a few and of many positions
     shapes = ((1, 1), (13, 13), (100, 1), (2000, 37), (2500, 32), (3000, 1100), (1025, 1024))
     fast_sets = [s.subset(d, k) for d, k in shapes]
+    many = Streams.for_nodes(11, range(3000), 3, 4)  # rows above and below the cut's count
+    fast_many = many.subset(112, 10)
     per_row = torch.arange(37, dtype=torch.int64) * 7 - 100
     fast_keys = [s.split(5).keys, s.split(-3).keys, s.split(2**63 - 1).keys]
     fast_keys.append(streams_derive(s.keys, per_row))
@@ -118,6 +120,7 @@ def testcompiled_draws_equal_the_torch_form(dtype, monkeypatch):
     assert torch.equal(fast_u, s.uniform(65, dtype=dtype)) and fast_u.dtype == dtype
     for got, (d, k) in zip(fast_sets, shapes, strict=True):
         assert torch.equal(got, s.subset(d, k))
+    assert torch.equal(fast_many, many.subset(112, 10))
 
 
 def test_serial_twins_equal_the_parallel_kernels():
