@@ -189,6 +189,31 @@ def test_numpy_blas_is_numpys_own_library():
     assert glm_engine.numpy_blas(shared) == shared
 
 
+def test_a_slow_first_call_alone_drops_no_candidate(monkeypatch):
+    """A candidate whose first call carries a one-time cost (a pool of threads started, a
+    buffer touched) is measured, and wins where it is the fastest; one slow on its first two
+    calls is dropped unmeasured."""
+    import time
+
+    monkeypatch.setattr(glm_engine, "settle", lambda: 0.0)
+    monkeypatch.setattr(glm_engine, "BUDGET_S", 0.005)
+    cost = {"steady": [0.002], "warming": [0.03, 0.0005], "slow": [0.03]}
+    calls = {k: 0 for k in cost}
+
+    def apply(engine, threads):
+        def call():
+            seconds = cost[engine]
+            time.sleep(seconds[min(calls[engine], len(seconds) - 1)])
+            calls[engine] += 1
+
+        return call
+
+    options = [("steady", 1), ("warming", 1), ("slow", 1)]
+    times = glm_engine.measure(options, apply)
+    assert set(times) == {("steady", 1), ("warming", 1)}  # slow: dropped after two calls
+    assert calls["slow"] == 2 and min(times, key=times.get) == ("warming", 1)
+
+
 def test_choose_keeps_the_fastest(monkeypatch):
     options = [("csr", 1), ("csr", 2), ("dense-torch", 1)]
     fake = {("csr", 1): 3e-3, ("csr", 2): 1e-3, ("dense-torch", 1): 2e-3}
