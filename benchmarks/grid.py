@@ -73,6 +73,16 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
+def _per_step(algo, state, problem, comm, steps: int, device: str) -> float:
+    """Seconds per step of ``steps`` steps of ``algo`` from ``state``."""
+    _sync(device)
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        state, _ = algo.step(state, problem, comm)
+    _sync(device)
+    return (time.perf_counter() - t0) / steps
+
+
 def step_times(name: str, steps: int, repeats: int = 3, device: str = "cpu") -> dict:
     """One run's step and a 12-run batch's step on set ``name`` (seconds, medians)."""
     from algorithms.base import step_mode
@@ -99,20 +109,9 @@ def step_times(name: str, steps: int, repeats: int = 3, device: str = "cpu") -> 
         algo.step(one_state, problem, single_comm)
         batch.step(state, tiled, comm)  # compiles and chooses the kernels
         alone, together = [], []
-        for _ in range(repeats):
-            _sync(device)
-            t0 = time.perf_counter()
-            s = one_state
-            for _ in range(steps):
-                s, _ = algo.step(s, problem, single_comm)
-            _sync(device)
-            alone.append((time.perf_counter() - t0) / steps)
-            t0 = time.perf_counter()
-            s = state
-            for _ in range(steps):
-                s, _ = batch.step(s, tiled, comm)
-            _sync(device)
-            together.append((time.perf_counter() - t0) / steps)
+        for _ in range(repeats):  # interleaved
+            alone.append(_per_step(algo, one_state, problem, single_comm, steps, device))
+            together.append(_per_step(batch, state, tiled, comm, steps, device))
     return {
         "set": name,
         "single_s": statistics.median(alone),
