@@ -254,40 +254,36 @@ if numba is not None:
             for k in range(rows * 4, a.size):
                 p[0] += a[k]
             return ((p[0] + p[1]) + p[2]) + p[3]
+        out = np.empty(2)
+        _abs_cascade(a, V, out)
+        return out[0]
+
+    @_jit
+    def _abs_cascade(xs, V, out):
+        """``out[0]``: the cascade's sum of ``|xs_i|`` in float64, as :func:`_encode` sums
+        ``|y|`` (``y = xs``): ``V`` lanes, four rows of them, each level into the next after a
+        block (``out[1]`` holds the leftovers' squares, unused)."""
         W = 4 * V
-        acc1, acc2, out = np.zeros((4, W)), np.zeros((4, W)), np.empty(2)
-        rows = a.size // W
+        acc1, acc2 = np.zeros((4, W)), np.zeros((4, W))
+        rows = xs.size // W
         power = max(4, _ceil_log2(rows) // 4)
         step = 1 << power
         i = 0
         while i + step <= rows:
-            _rows(a[i * W :], step, 1.0, W, acc1[0], acc2[0])
+            _rows_abs(xs[i * W :], step, W, acc1[0])
             i += step
             _up(acc1, acc2, i, step - 1, power)
-        _rows(a[i * W :], rows - i, 1.0, W, acc1[0], acc2[0])
-        _finish(a, 1.0, V, rows, acc1, acc2, out)
-        return out[0]
+        _rows_abs(xs[i * W :], rows - i, W, acc1[0])
+        _finish(xs, 1.0, V, rows, acc1, acc2, out)
 
     @_pjit
     def _abs_sums(x, cut, part, out):
         """:func:`abs_sums`: each share summed as :func:`_encode` sums ``|y|`` (``y = x``),
         then the shares of a single row as torch adds them. ``cut``: as :func:`_encode`'s."""
         shares, V, two, T = cut
-        W = 4 * V
         for t in numba.prange(shares.shape[0]):
             j, b, e = shares[t, 0], shares[t, 1], shares[t, 2]
-            xs = x[j, b:e]
-            acc1, acc2 = np.zeros((4, W)), np.zeros((4, W))
-            rows = (e - b) // W
-            power = max(4, _ceil_log2(rows) // 4)
-            step = 1 << power
-            i = 0
-            while i + step <= rows:
-                _rows_abs(xs[i * W :], step, W, acc1[0])
-                i += step
-                _up(acc1, acc2, i, step - 1, power)
-            _rows_abs(xs[i * W :], rows - i, W, acc1[0])
-            _finish(xs, 1.0, V, rows, acc1, acc2, part[t])
+            _abs_cascade(x[j, b:e], V, part[t])
         if two:  # each share's sum into a zeroed buffer slot (one per thread), then the buffer
             buf = np.zeros(T)
             for t in range(shares.shape[0]):

@@ -476,8 +476,6 @@ class GLM(Problem):
         one = X.shape[0] == 1 or X.stride(0) == 0
         Xn = X.detach().numpy()
         x = Xn[0] if one else np.ascontiguousarray(Xn)
-        pt = x[None] if one else x
-        reg = self.REG_NUMPY and pt.size <= REG_NUMPY_MAX
         before = glm_engine.blas_set(self.threads)
         try:
             with np.errstate(all="ignore"):  # as silent as torch (inf * 0, inf - inf, overflow)
@@ -487,8 +485,9 @@ class GLM(Problem):
                     z = np.matmul(S["P"], x[:, :, None])[:, :, 0]
                 u = S["dphi_times"](z)
                 G = np.matmul(u[:, None, :], S["P"])[:, 0, :]
-                if reg:
-                    return torch.from_numpy(np.add(G, self.reg_grad(pt, self.lam), out=G))
+                r = self._reg_grad_of_array(x[None] if one else x)
+                if r is not None:
+                    return torch.from_numpy(np.add(G, r, out=G))
         finally:
             glm_engine.blas_restore(before)
         return torch.from_numpy(np.ascontiguousarray(G)).add_(self._reg_grad_rows(X))
@@ -535,10 +534,18 @@ class GLM(Problem):
         """:meth:`_reg_grad_rows` as a NumPy array, where NumPy computes it (else None)."""
         if X.shape[0] > 1 and X.stride(0) == 0:
             X = X[:1]
-        if not (self.REG_NUMPY and _numpy_sized(X)):
+        if not _numpy_sized(X):
+            return None
+        return self._reg_grad_of_array(X.detach().numpy())
+
+    def _reg_grad_of_array(self, X: np.ndarray) -> np.ndarray | None:
+        """The regulariser's gradient at the rows of the NumPy array ``X`` where NumPy computes
+        it (:attr:`REG_NUMPY`, at most ``REG_NUMPY_MAX`` entries), silently as torch does;
+        else None."""
+        if not (self.REG_NUMPY and X.size <= REG_NUMPY_MAX):
             return None
         with np.errstate(all="ignore"):
-            return self.reg_grad(X.detach().numpy(), self.lam)
+            return self.reg_grad(X, self.lam)
 
     def _sample(self, streams: Streams, batch_size: int) -> Batch:
         nodes = self.nodes

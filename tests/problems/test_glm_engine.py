@@ -247,14 +247,17 @@ def test_dense_numpy_gradient_is_the_torch_composition_bit_for_bit(dtype):
     around torch's sigmoid, the regulariser's gradient added in NumPy) equals, bit for bit, the
     same BLAS products around torch's weights and torch's add of the regulariser's gradient:
     at one point, at a point per node, and at points with an infinity, a NaN and an overflow,
-    with no warning from NumPy (torch is silent there)."""
+    with no warning from NumPy (torch is silent there). Seven nodes share 3000 rows unevenly,
+    so the stack holds padding rows of weight 0."""
     import warnings
 
-    p = make_problem("logreg-nonconvex", **BIG, storage="dense-numpy", threads=1, dtype=dtype)
+    kw = BIG | {"nodes": 7}
+    p = make_problem("logreg-nonconvex", **kw, storage="dense-numpy", threads=1, dtype=dtype)
     if p._np is None:
         pytest.skip("dense-numpy needs SciPy's threadpoolctl")
     S = p._np
     P, (m, c, d) = S["P"], S["P"].shape
+    assert m * c > p.counts.sum()  # padded
     torch_weights = p._dphi_times_of(S["b"], S["w"])
 
     def reference(X):
