@@ -10,8 +10,14 @@ iterations. ``--device cuda`` runs both sweeps' runs on the GPU.
 
 A second table, measured first, times the step itself on each set: one run's step (median of
 the interleaved repeats) against a 12-run batch's step divided by 12 (EF21 + Top-1, float64,
-n = 20, on this process's threads, or on the GPU with ``--device cuda``). Each part's rows are
-saved as it ends.
+n = 20, on this process's threads, or on the GPU with ``--device cuda``). Each repeat of either
+starts once the threads of the one before have gone quiet (:func:`problems.glm_engine.settle`,
+as in the paper table) and after 0.1 s of untimed steps (:data:`WARM_S`). Without them the
+first 100 ms of each window ran slow: NumPy's BLAS threads, which the single run's gradient may
+use, spin for about 0.1 s after it and shared the cores with the batch's kernel (phishing,
+single run on dense-numpy/2: the batch's first 60 steps 1.7-1.9 ms each, then 0.78-0.8 ms), and
+after a pause even alone the first 100 steps averaged 0.9-1.1 ms against 0.75 ms. A sweep runs
+thousands of steps without such pauses. Each part's rows are saved as it ends.
 
 Targets (issue 35): the grid at least 5x faster batched, and the per-run step of a 12-run batch
 at most 1/4 of a single run's.
@@ -41,6 +47,9 @@ STEP_SHARE = 0.25
 BATCH = 12
 QUICK_SETS = ("mushrooms", "phishing")
 QUICK_ITERS = 300
+#: Seconds of untimed steps before each timed window of :func:`step_times` (see the module
+#: docstring: the first steps after a pause or after the other side's calls run slow).
+WARM_S = 0.1
 
 
 def _config(quick: bool, sets: list[str], device: str = "cpu"):
@@ -74,7 +83,12 @@ def _sync(device: str) -> None:
 
 
 def _per_step(algo, state, problem, comm, steps: int, device: str) -> float:
-    """Seconds per step of ``steps`` steps of ``algo`` from ``state``."""
+    """Seconds per step of ``steps`` steps of ``algo`` from ``state``, timed after
+    :data:`WARM_S` seconds of untimed steps."""
+    _sync(device)
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < WARM_S:
+        state, _ = algo.step(state, problem, comm)
     _sync(device)
     t0 = time.perf_counter()
     for _ in range(steps):
@@ -92,6 +106,7 @@ def step_times(name: str, steps: int, repeats: int = 3, device: str = "cpu") -> 
     from comm.batched import BatchedSimulatedComm
     from compressors import parse_spec
     from problems.batched import Tiled
+    from problems.glm_engine import settle
     from problems.registry import make_problem
 
     problem = make_problem("logreg-nonconvex", dataset=name, split="contiguous:last", nodes=20,
@@ -109,8 +124,10 @@ def step_times(name: str, steps: int, repeats: int = 3, device: str = "cpu") -> 
         algo.step(one_state, problem, single_comm)
         batch.step(state, tiled, comm)  # compiles and chooses the kernels
         alone, together = [], []
-        for _ in range(repeats):  # interleaved
+        for _ in range(repeats):  # interleaved, each once the other's threads have gone quiet
+            settle()
             alone.append(_per_step(algo, one_state, problem, single_comm, steps, device))
+            settle()
             together.append(_per_step(batch, state, tiled, comm, steps, device))
     return {
         "set": name,

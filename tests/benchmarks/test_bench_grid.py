@@ -4,6 +4,8 @@ same multipliers."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from benchmarks import grid
@@ -41,6 +43,24 @@ def test_a_grid_whose_unbatched_sweep_did_not_finish_is_reported_as_not_measured
     assert r["speedup"] is None and r["target"].startswith("not measured")
     assert "--jobs 16, device cuda" in grid.markdown([r])
     assert "| - | 30.0 | -x | - | not measured" in grid.markdown([r])
+
+
+def test_steps_are_timed_after_untimed_ones(monkeypatch):
+    """A window of steps is timed only after ``WARM_S`` seconds of untimed ones: a method whose
+    first steps are slow (as after a pause, or beside another pool's spinning threads) is timed
+    at its steady pace."""
+    calls = []
+
+    class Slow:
+        def step(self, state, problem, comm):
+            calls.append(None)
+            time.sleep(0.02 if len(calls) <= 3 else 0.001)
+            return state, {}
+
+    monkeypatch.setattr(grid, "WARM_S", 0.05)
+    per = grid._per_step(Slow(), None, None, None, 10, "cpu")
+    assert len(calls) >= 13  # three slow steps (0.06 s) went untimed
+    assert 0.001 <= per < 0.005, per
 
 
 @pytest.mark.slow
