@@ -197,6 +197,7 @@ def test_a_slow_first_call_alone_drops_no_candidate(monkeypatch):
 
     monkeypatch.setattr(glm_engine, "settle", lambda: 0.0)
     monkeypatch.setattr(glm_engine, "BUDGET_S", 0.005)
+    monkeypatch.setattr(glm_engine, "WARM_S", 0.0)  # the first call alone goes untimed
     cost = {"steady": [0.002], "warming": [0.03, 0.0005], "slow": [0.03]}
     calls = {k: 0 for k in cost}
 
@@ -211,7 +212,31 @@ def test_a_slow_first_call_alone_drops_no_candidate(monkeypatch):
     options = [("steady", 1), ("warming", 1), ("slow", 1)]
     times = glm_engine.measure(options, apply)
     assert set(times) == {("steady", 1), ("warming", 1)}  # slow: dropped after two calls
-    assert calls["slow"] == 2 and min(times, key=times.get) == ("warming", 1)
+    assert calls["slow"] == 3 and min(times, key=times.get) == ("warming", 1)
+
+
+def test_candidates_are_timed_after_a_warm_up(monkeypatch):
+    """Each candidate is timed after ``WARM_S`` seconds of its own untimed calls: one whose calls
+    run slow for a while after the wait between candidates (as a two-thread kernel's do on an
+    idle virtual machine) but fast after wins against a steady, slower one."""
+    import time
+
+    monkeypatch.setattr(glm_engine, "settle", lambda: 0.0)
+    monkeypatch.setattr(glm_engine, "BUDGET_S", 0.01)
+    monkeypatch.setattr(glm_engine, "WARM_S", 0.04)
+    since = {}
+
+    def apply(engine, threads):
+        since[engine] = time.perf_counter()  # its slow spell starts at every switch to it
+
+        def call():
+            late = time.perf_counter() - since[engine] > 0.03
+            time.sleep(0.002 if engine == "steady" else (0.001 if late else 0.006))
+
+        return call
+
+    times = glm_engine.measure([("steady", 1), ("waking", 2)], apply)
+    assert min(times, key=times.get) == ("waking", 2), times
 
 
 def test_choose_keeps_the_fastest(monkeypatch):
