@@ -58,14 +58,14 @@ DENSE_ANY_SIZE_ABOVE = 0.25
 #: Measurement: each candidate is called until this many seconds have passed (at least
 #: ``MIN_CALLS`` calls), in ``ROUNDS`` interleaved rounds; the median of its rounds counts.
 BUDGET_S, MIN_CALLS, ROUNDS = 0.02, 3, 3
-#: A candidate whose first two calls each take this many times the best so far is dropped
-#: unmeasured. Two: a first call may carry a one-time cost (measured: dense-numpy on mushrooms,
-#: float32, dropped on its first call in one benchmark's set-up, and the memoised choice was
-#: the compiled dense kernel, twice its time).
+#: A candidate whose first two calls after its warm-up (``WARM_S``) each take this many times
+#: the best so far is dropped unmeasured. Two: a first call may carry a one-time cost
+#: (measured: dense-numpy on mushrooms, float32, dropped on its first call in one benchmark's
+#: set-up, and the memoised choice was the compiled dense kernel, twice its time).
 DROP_ABOVE = 4.0
 #: Untimed calls (seconds) before each timing. After the idle wait of :func:`settle`, a
 #: two-thread kernel's calls run slow for a while, by a varying amount: on this project's
-#: 2-core virtual machine (idle cores halted, woken by the host) mushrooms' compiled CSR
+#: 2-core virtual machine (its idle cores halt: cpuidle's haltpoll, no polling) mushrooms' CSR
 #: gradient on 2 threads took 0.35-0.54 ms per call over the first 0.1 s after the wait, some
 #: rounds, and 0.17 ms after. Timed straight after the wait, six set-ups of mushrooms in
 #: float64 chose csr-torch/2 four times, dense-numpy twice and csr/2 never, though csr/2 is the
@@ -263,9 +263,9 @@ def measure(
     the previous one's threads have gone quiet (:func:`settle`) and after ``WARM_S`` seconds of
     its own untimed calls (the first warms caches and compiled code; see ``WARM_S`` for the
     rest). A candidate whose first two timed calls are each far slower than the best so far
-    (``DROP_ABOVE``) is dropped; every other one is timed in each round (a candidate that a
-    round's median put over 1.5x the best still won, on the median of three, in six set-ups
-    of six)."""
+    (``DROP_ABOVE``) is dropped; every other one is timed in each round: a single round is too
+    noisy to prune on (cutting candidates over 1.5x the best after each round lost the fastest
+    engine in five set-ups of six, where the median of three rounds found it in six of six)."""
     times: dict[tuple[str, int], list[float]] = {o: [] for o in options}
     alive = list(options)
     for _ in range(ROUNDS):
