@@ -177,18 +177,6 @@ def threads_used(n: int | None) -> Iterator[None]:
 _BLAS: list = []  # threadpoolctl's controllers of NumPy's BLAS libraries, made when first needed
 
 
-@contextlib.contextmanager
-def blas_threads(n: int | None) -> Iterator[None]:
-    """Run the body with NumPy's BLAS on ``n`` threads (the ``dense-numpy`` engine), then
-    restore; a no-op when ``n`` is None or already the count (:func:`blas_set`,
-    :func:`blas_restore`)."""
-    before = blas_set(n)
-    try:
-        yield
-    finally:
-        blas_restore(before)
-
-
 def blas_set(n: int | None) -> list[int] | None:
     """Put NumPy's BLAS on ``n`` threads; the counts :func:`blas_restore` puts back, or None
     where nothing changed (``n`` None or already the count). Each library's own get and set

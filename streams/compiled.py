@@ -189,8 +189,10 @@ def mix_each(base: int, mixed: np.ndarray) -> torch.Tensor:
 
 def subset(keys: torch.Tensor, d: int, k: int) -> torch.Tensor:
     """int64 ``(m, k)``, ascending: per row the positions of the ``k`` largest of the first
-    ``d`` SplitMix64 outputs (as signed int64), the subset ``Streams.subset`` draws. The
-    outputs are generated on the fly into a ``k``-entry heap: no ``(m, d)`` block is made."""
+    ``d`` SplitMix64 outputs (as signed int64), the subset ``Streams.subset`` draws. Each row
+    is drawn on its own, through a cut over its ``d`` outputs (``k >= 8``, ``d <= 4096``:
+    :func:`_subset_cut_row`) or through a ``k``-entry heap fed a block at a time: no ``(m, d)``
+    block is made."""
     out = np.empty((keys.numel(), k), np.int64)
     launch(_subset, keys.numpy().view(np.uint64), d, out, serial=_subset_serial)
     return torch.from_numpy(out)

@@ -141,7 +141,7 @@ def test_settle_waits_while_this_processs_threads_spin_and_not_after():
     assert glm_engine.settle(limit=3.0) < 1.0  # nothing spins now
 
 
-def test_blas_threads_sets_numpys_blas_and_restores_it():
+def test_blas_set_sets_numpys_blas_and_restore_puts_it_back():
     from threadpoolctl import ThreadpoolController, threadpool_info
 
     def counts():
@@ -153,21 +153,29 @@ def test_blas_threads_sets_numpys_blas_and_restores_it():
         pytest.skip("no BLAS library loaded")
     libs = ThreadpoolController().select(user_api="blas").lib_controllers
     own = {lib.filepath for lib in glm_engine.numpy_blas(libs)}
-    with glm_engine.blas_threads(1):
-        now = counts()
-        assert all(now[f] == 1 for f in own)
-        assert all(now[f] == n for f, n in before.items() if f not in own)  # SciPy's untouched
-    assert counts() == before
-    with pytest.raises(RuntimeError), glm_engine.blas_threads(1):
-        raise RuntimeError("the body failed")
-    assert counts() == before  # restored on an exception too
-    with glm_engine.blas_threads(None):
-        assert counts() == before
     assert glm_engine.blas_set(None) is None
     assert glm_engine.blas_set(before[next(iter(own))]) is None  # already the count
     token = glm_engine.blas_set(1)  # the pair the dense-numpy gradient calls
-    assert all(counts()[f] == 1 for f in own)
+    now = counts()
+    assert all(now[f] == 1 for f in own)
+    assert all(now[f] == n for f, n in before.items() if f not in own)  # SciPy's untouched
     glm_engine.blas_restore(token)
+    assert counts() == before
+    glm_engine.blas_restore(None)  # nothing was changed: nothing to put back
+    assert counts() == before
+    # the dense-numpy gradient puts NumPy's BLAS back when it fails half way
+    p = make_problem("logreg-nonconvex", **BIG, storage="dense-numpy", threads=1)
+    p.grad(p.x0)
+    if p._np is None:
+        pytest.skip("dense-numpy needs SciPy's threadpoolctl")
+
+    def fail(z):
+        assert all(counts()[f] == 1 for f in own)  # inside: on the gradient's thread count
+        raise RuntimeError("the weights failed")
+
+    p._np["dphi_times"] = fail
+    with pytest.raises(RuntimeError, match="the weights failed"):
+        p.grad(p.x0)
     assert counts() == before
 
 
