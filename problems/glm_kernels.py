@@ -30,7 +30,7 @@ import torch
 
 from streams.compiled import launch, numba
 
-__all__ = ["LOSSES", "available", "grad", "grad_points", "margins", "pack"]
+__all__ = ["LOSSES", "available", "grad", "grad_arrays", "grad_points", "margins", "pack"]
 
 # Dense rows go through a node in chunks of about this many bytes (they stay in L2 between
 # the chunk's margins and its sums).
@@ -87,24 +87,38 @@ def grad(
         R: the regulariser's term, ``(m, d)`` or ``(1, d)`` (shared).
         loss: a key of :data:`LOSSES`.
     """
-    m = ptr.numel() - 1
+    Yn = None if Y is None else _np(Y)
+    out = grad_arrays(data, _np(b), _np(rows), _np(ptr), _np(X), _np(R), LOSSES[loss], Yn)
+    return torch.from_numpy(out)
+
+
+def grad_arrays(
+    data: tuple,
+    b: np.ndarray,
+    rows: np.ndarray,
+    ptr: np.ndarray,
+    X: np.ndarray,
+    R: np.ndarray,
+    code: int,
+    Y: np.ndarray | None = None,
+) -> np.ndarray:
+    """:func:`grad` on NumPy arrays (``code``: the loss's value in :data:`LOSSES`), returning a
+    fresh NumPy array: what a caller holding its arrays as NumPy's calls, with none of the
+    conversions (a microsecond or more each, after a gradient's data pass)."""
+    m = ptr.size - 1
     d = data[-1] if len(data) > 1 else data[0].shape[1]
-    out = torch.empty(m, d, dtype=X.dtype)
-    points = (
-        _np(X),
-        X.shape[0] == 1,
-        _np(X if Y is None else Y),
-        Y is not None and Y.shape[0] == 1,
-    )
-    args = (_np(b), _np(rows), _np(ptr), *points, Y is not None, _np(R), R.shape[0] == 1)
-    zero = _np(out).dtype.type(0)
+    out = np.empty((m, d), dtype=X.dtype)
+    x_shared = X.shape[0] == 1
+    points = (X, x_shared, X if Y is None else Y, Y is not None and Y.shape[0] == 1)
+    args = (b, rows, ptr, *points, Y is not None, R, R.shape[0] == 1)
+    zero = out.dtype.type(0)
     if len(data) > 1:
-        launch(_sparse_grad, *data[:4], *args, LOSSES[loss], zero, _np(out))
+        launch(_sparse_grad, *data[:4], *args, code, zero, out)
     else:
         # a margin per listed row (two with Y), and the rows a chunk holds
-        z = np.empty((1 if Y is None else 2, rows.numel()), dtype=_np(out).dtype)
-        chunk = max(8, CHUNK_BYTES // (d * out.element_size()))
-        launch(_dense_grad, data[0], *args, LOSSES[loss], zero, z, chunk, _np(out))
+        z = np.empty((1 if Y is None else 2, rows.size), dtype=out.dtype)
+        chunk = max(8, CHUNK_BYTES // (d * out.itemsize))
+        launch(_dense_grad, data[0], *args, code, zero, z, chunk, out)
     return out
 
 

@@ -2,7 +2,7 @@
 :mod:`problems.glm_lanes_gen` (``python -m problems.glm_lanes_gen``); do not edit."""
 
 # fmt: off
-# built against glm_kernels.py 2d9f281c61cfaa48
+# built against glm_kernels.py b37864e263d4a574
 from __future__ import annotations
 
 import numba

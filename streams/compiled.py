@@ -83,11 +83,25 @@ def launch(kernel, *args, serial=None) -> None:
     if serial is not None and work < SERIAL_BELOW:
         serial(*args)
         return
-    with _LOCK, _torch_threads_kept() as want:
+    with _LOCK:  # _torch_threads_kept's work, written out: its context cost a microsecond
+        if not _layer_set:
+            _choose_layer()
+        want = torch.get_num_threads()
         threads = 1 if work < SERIAL_BELOW else max(1, min(want, numba.config.NUMBA_NUM_THREADS))
-        if numba.get_num_threads() != threads:
-            numba.set_num_threads(threads)
-        kernel(*args)
+        try:
+            if numba.get_num_threads() != threads:
+                numba.set_num_threads(threads)
+            kernel(*args)
+        finally:
+            if torch.get_num_threads() != want:
+                torch.set_num_threads(want)
+
+
+def _choose_layer() -> None:
+    """Numba's threading layer, OpenMP first, chosen before its first start (under _LOCK)."""
+    global _layer_set
+    numba.config.THREADING_LAYER_PRIORITY = ["omp", "workqueue", "tbb"]
+    _layer_set = True
 
 
 @contextlib.contextmanager
@@ -97,10 +111,8 @@ def _torch_threads_kept() -> Iterator[int]:
     parallel kernel's first call or compilation, sets torch's count to numba's: a sweep's
     one-thread runs then ran on two threads each (two w8a batches side by side: 82 s each
     instead of 14)."""
-    global _layer_set
     if not _layer_set:
-        numba.config.THREADING_LAYER_PRIORITY = ["omp", "workqueue", "tbb"]
-        _layer_set = True
+        _choose_layer()
     want = torch.get_num_threads()
     try:
         yield want

@@ -63,6 +63,31 @@ def test_kernels_match_the_torch_path(cls, dense, dtype, monkeypatch):
     torch.testing.assert_close(fast.grad(x, batch), slow.grad(x, batch), **tol)
 
 
+@pytest.mark.parametrize("cls", [LogReg, LogRegNonconvex, LeastSquares, SigmoidSquared])
+@pytest.mark.parametrize("dense", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("reg_numpy", [True, False])
+def test_the_full_gradient_takes_the_kernels_numbers(cls, dense, dtype, reg_numpy, monkeypatch):
+    """The full gradient's short way to the kernels (NumPy arrays kept, the regulariser's term
+    made once) gives :meth:`GLM._kernel_grad`'s numbers bit for bit: one point, a point per
+    node, a broadcast point, a non-contiguous one, and the regulariser in torch as well."""
+    A, b = _data(dense, seed=6)
+    p = cls(A, b, COUNTS, lam=0.1, dtype=dtype)
+    monkeypatch.setattr(p, "REG_NUMPY", reg_numpy)
+    assert p._kernels
+    gen = torch.Generator().manual_seed(4)
+    x = torch.randn(p.d, generator=gen, dtype=torch.float64).to(dtype)
+    X = torch.randn(4, p.d, generator=gen, dtype=torch.float64).to(dtype)
+    Xt = torch.randn(p.d, 4, generator=gen, dtype=torch.float64).to(dtype).t()
+    for point in (x, X, x.expand(4, -1), Xt):
+        want = p._kernel_grad(p._rows(point), p._krows, p._ptr)
+        got = p.grad(point)
+        assert got.shape == (4, p.d) and got.dtype == dtype
+        assert torch.equal(got, want)
+    local = p.local([2, 0])
+    assert torch.equal(local.grad(X[:2]), local._kernel_grad(X[:2], local._krows, local._ptr))
+
+
 @pytest.mark.parametrize("dense", [True, False])
 def test_a_node_gradient_does_not_depend_on_the_nodes_held(dense):
     A, b = _data(dense, seed=2)
