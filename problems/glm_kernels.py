@@ -115,10 +115,8 @@ def grad_arrays(
     if len(data) > 1:
         launch(_sparse_grad, *data[:4], *args, code, zero, out)
     else:
-        # a margin per listed row (two with Y), and the rows a chunk holds
-        z = np.empty((1 if Y is None else 2, rows.size), dtype=out.dtype)
-        chunk = max(8, CHUNK_BYTES // (d * out.itemsize))
-        launch(_dense_grad, data[0], *args, code, zero, z, chunk, out)
+        chunk = max(8, CHUNK_BYTES // (d * out.itemsize))  # the rows a chunk holds
+        launch(_dense_grad, data[0], *args, code, zero, chunk, out)
     return out
 
 
@@ -348,44 +346,55 @@ def _dense_dot(a, x, zero):
     return s
 
 
-@_jit
-def _dense_node(A, b, rows, lo, hi, x, y, diff, r, code, zero, z, chunk, g):
+@_pointjit
+def _dense_node(A, b, rows, lo, hi, x, y, diff, r, code, zero, chunk, g):
     """The node's rows in chunks of ``chunk`` rows, each in three loops while it is in L2: the
-    margins (dot products independent of each other), then ``phi'`` of each (a scalar ``exp``
-    per row, in a loop of its own), then the sum ``g += phi'_j a_j`` in row order. One loop
-    doing all three per row made each row wait for its dot product, its ``exp`` and its sum in
-    turn (full gradient, one thread: phishing 0.59 -> 0.35 ms in float64, 0.64 -> 0.27 in
-    float32; a9a float32 3.4 -> 1.3). On rows far larger than the caches (w8a stored dense,
-    119 MB) one pass from memory was faster (8.5 -> 9.8 ms); the engine is measured, and dense
-    storage is not chosen there."""
+    margins (dot products independent of each other) and the rows' labels side by side, then
+    ``phi'`` of each (:func:`_dphi_points`, in a loop of its own, which vectorises), then the
+    sum ``g += phi'_j a_j`` in row order. One loop doing all three per row made each row wait
+    for its dot product, its ``exp`` and its sum in turn (full gradient, one thread: phishing
+    0.59 -> 0.35 ms in float64, 0.64 -> 0.27 in float32; a9a float32 3.4 -> 1.3). A scalar
+    ``math.exp`` per row with the labels read through the row list kept the second loop from
+    vectorising (the kernel alone, two threads, phishing float64: 0.22-0.24 -> 0.14-0.16 ms).
+    On rows far larger than the caches (w8a stored dense, 119 MB) one pass from memory was
+    faster (8.5 -> 9.8 ms); the engine is measured, and dense storage is not chosen there."""
     d = g.size
     for k in range(d):
         g[k] = r[k]
     inv = 1.0 / (hi - lo)
+    n = min(chunk, hi - lo)
+    z0 = np.empty(n, dtype=g.dtype)  # the chunk's margins, then their weights
+    z1 = np.empty(n if diff else 0, dtype=g.dtype)  # its margins at y
+    bl = np.empty(n, dtype=g.dtype)  # its labels
     for c0 in range(lo, hi, chunk):
         c1 = min(c0 + chunk, hi)
         for j in range(c0, c1):
-            a = A[rows[j]]
-            z[0, j] = _dense_dot(a, x, zero)
+            a = A[_u(rows[j])]
+            z0[j - c0] = _dense_dot(a, x, zero)
             if diff:
-                z[1, j] = _dense_dot(a, y, zero)
-        for j in range(c0, c1):
-            s = _dphi(code, z[0, j], b[rows[j]])
-            if diff:
-                s -= _dphi(code, z[1, j], b[rows[j]])
-            z[0, j] = s * inv
-        _dense_sums(A, rows, c0, c1, z[0], g)
+                z1[j - c0] = _dense_dot(a, y, zero)
+            bl[j - c0] = b[_u(rows[j])]
+        if diff:
+            for t in range(c1 - c0):
+                s = _dphi_points(code, z0[t], bl[t])
+                s -= _dphi_points(code, z1[t], bl[t])
+                z0[t] = s * inv
+        else:
+            for t in range(c1 - c0):
+                z0[t] = _dphi_points(code, z0[t], bl[t]) * inv
+        _dense_sums(A, rows, c0, c1, z0, g)
 
 
 @_jit
 def _dense_sums(A, rows, lo, hi, s, g):
-    """``g += s_j a_j`` for the rows ``lo..hi`` in row order, four rows per pass over ``g``
+    """``g += s_{j - lo} a_j`` for the rows ``lo..hi`` in row order, four rows per pass over ``g``
     (the same additions in the same order as one row at a time, with a quarter of the loads
     and stores of ``g``)."""
     d, j = g.size, lo
     while j + 4 <= hi:
-        a0, a1, a2, a3 = A[rows[j]], A[rows[j + 1]], A[rows[j + 2]], A[rows[j + 3]]
-        s0, s1, s2, s3 = s[j], s[j + 1], s[j + 2], s[j + 3]
+        a0, a1 = A[_u(rows[j])], A[_u(rows[j + 1])]
+        a2, a3 = A[_u(rows[j + 2])], A[_u(rows[j + 3])]
+        s0, s1, s2, s3 = s[j - lo], s[j + 1 - lo], s[j + 2 - lo], s[j + 3 - lo]
         for k in range(d):
             t = g[k]
             t += s0 * a0[k]
@@ -395,19 +404,19 @@ def _dense_sums(A, rows, lo, hi, s, g):
             g[k] = t
         j += 4
     while j < hi:
-        a, sj = A[rows[j]], s[j]
+        a, sj = A[_u(rows[j])], s[j - lo]
         for k in range(d):
             g[k] += sj * a[k]
         j += 1
 
 
-@_pjit
-def _dense_grad(A, b, rows, ptr, X, x_shared, Y, y_shared, diff, R, r_shared, code, zero, z, chunk, out):  # fmt: skip  # noqa: E501
+@_ppjit
+def _dense_grad(A, b, rows, ptr, X, x_shared, Y, y_shared, diff, R, r_shared, code, zero, chunk, out):  # fmt: skip  # noqa: E501
     for i in _prange(ptr.size - 1):
         x = X[0] if x_shared else X[i]
         y = Y[0] if y_shared else Y[i]
         r = R[0] if r_shared else R[i]
-        _dense_node(A, b, rows, ptr[i], ptr[i + 1], x, y, diff, r, code, zero, z, chunk, out[i])
+        _dense_node(A, b, rows, ptr[i], ptr[i + 1], x, y, diff, r, code, zero, chunk, out[i])
 
 
 @_sjit
