@@ -74,8 +74,14 @@ DROP_ABOVE = 4.0
 #: (set-up 2.9 s instead of 1.1 s, once per machine and input: the choice is memoised).
 WARM_S = 0.05
 #: Before each candidate, :func:`settle` waits (up to ``SETTLE_MAX_S``) for a window of
-#: ``SETTLE_WINDOW_S`` in which this process used under ``SETTLE_SHARE`` of one core.
-SETTLE_MAX_S, SETTLE_WINDOW_S, SETTLE_SHARE = 0.3, 0.002, 0.2
+#: ``SETTLE_WINDOW_S`` in which this process used under ``SETTLE_SHARE`` of one core. The
+#: window spans several of the kernel's clock ticks: a thread that spins on another core with
+#: no system call (OpenBLAS's idle workers) has its CPU time counted at the ticks only (4 ms
+#: apart here), and windows of 2 ms saw none of it. Measured after the vectorized EF21 script
+#: on phishing (float32): 2 ms windows ended the wait after 2-4 ms while a core stayed busy
+#: for 0.1 s more (10 ms windows: 0.8-1.2 of a core, then 0), and the compiled dense gradient
+#: timed meanwhile took 0.72-0.77 ms a call against 0.13 ms after.
+SETTLE_MAX_S, SETTLE_WINDOW_S, SETTLE_SHARE = 0.3, 0.01, 0.2
 _FORMAT = b"compzoo-engine-v3"
 
 
@@ -233,7 +239,7 @@ def settle(limit: float = SETTLE_MAX_S) -> float:
     cores with them, so a candidate timed after NumPy's BLAS measured twice its time alone
     (phishing, the compiled dense kernel on 2 threads: 0.84 against 0.42 ms) and the choice
     went to a slower engine. Waiting is measured, not fixed: the process's CPU time over
-    short windows of sleep."""
+    windows of sleep of a few clock ticks each (``SETTLE_WINDOW_S``)."""
     start = time.perf_counter()
     while True:
         w0, c0 = time.perf_counter(), time.process_time()

@@ -141,6 +141,38 @@ def test_settle_waits_while_this_processs_threads_spin_and_not_after():
     assert glm_engine.settle(limit=3.0) < 1.0  # nothing spins now
 
 
+def test_settle_waits_for_a_thread_spinning_without_the_gil():
+    """A worker spinning in compiled code with no system call (as OpenBLAS's idle workers do)
+    has its CPU time counted at the clock's ticks only; settle still waits until it stops."""
+    import threading
+    import time
+
+    numba = pytest.importorskip("numba")
+
+    @numba.njit(nogil=True)
+    def spin(n):  # n dependent additions, the GIL released
+        x = 0.0
+        for _ in range(n):
+            x = x * 0.999999 + 1.0
+        return x
+
+    spin(1)  # compiled
+    t0 = time.perf_counter()
+    spin(10_000_000)
+    n = int(10_000_000 * 0.3 / max(time.perf_counter() - t0, 1e-4))  # about 0.3 s of it
+    done = []
+    start = time.perf_counter()
+    worker = threading.Thread(target=lambda: done.append(spin(n) and time.perf_counter()))
+    worker.start()
+    time.sleep(0.02)
+    glm_engine.settle(limit=3.0)
+    returned = time.perf_counter()
+    worker.join()
+    assert done[0] - start > 0.2  # the worker spun for a while
+    assert returned >= done[0] - 0.02  # and settle did not return before it stopped
+    assert returned < done[0] + 1.0  # but soon after
+
+
 def test_blas_set_sets_numpys_blas_and_restore_puts_it_back():
     from threadpoolctl import ThreadpoolController, threadpool_info
 
