@@ -347,7 +347,7 @@ def _dense_dot(a, x, zero):
 
 
 @_pointjit
-def _dense_node(A, b, rows, lo, hi, x, y, diff, r, code, zero, chunk, g):
+def _dense_node(A, b, rows, lo, hi, x, y, diff, r, code, zero, chunk, z0, z1, bl, g):
     """The node's rows in chunks of ``chunk`` rows, each in three loops while it is in L2: the
     margins (dot products independent of each other) and the rows' labels side by side, then
     ``phi'`` of each (:func:`_dphi_points`, in a loop of its own, which vectorises), then the
@@ -357,15 +357,13 @@ def _dense_node(A, b, rows, lo, hi, x, y, diff, r, code, zero, chunk, g):
     ``math.exp`` per row with the labels read through the row list kept the second loop from
     vectorising (the kernel alone, two threads, phishing float64: 0.22-0.24 -> 0.14-0.16 ms).
     On rows far larger than the caches (w8a stored dense, 119 MB) one pass from memory was
-    faster (8.5 -> 9.8 ms); the engine is measured, and dense storage is not chosen there."""
+    faster (8.5 -> 9.8 ms); the engine is measured, and dense storage is not chosen there.
+    ``z0``, ``z1``, ``bl``: the chunk's margins (then their weights), its margins at ``y`` and
+    its labels, buffers of at least ``min(chunk, hi - lo)`` entries."""
     d = g.size
     for k in range(d):
         g[k] = r[k]
     inv = 1.0 / (hi - lo)
-    n = min(chunk, hi - lo)
-    z0 = np.empty(n, dtype=g.dtype)  # the chunk's margins, then their weights
-    z1 = np.empty(n if diff else 0, dtype=g.dtype)  # its margins at y
-    bl = np.empty(n, dtype=g.dtype)  # its labels
     for c0 in range(lo, hi, chunk):
         c1 = min(c0 + chunk, hi)
         for j in range(c0, c1):
@@ -412,11 +410,22 @@ def _dense_sums(A, rows, lo, hi, s, g):
 
 @_ppjit
 def _dense_grad(A, b, rows, ptr, X, x_shared, Y, y_shared, diff, R, r_shared, code, zero, chunk, out):  # fmt: skip  # noqa: E501
-    for i in _prange(ptr.size - 1):
-        x = X[0] if x_shared else X[i]
-        y = Y[0] if y_shared else Y[i]
-        r = R[0] if r_shared else R[i]
-        _dense_node(A, b, rows, ptr[i], ptr[i + 1], x, y, diff, r, code, zero, chunk, out[i])
+    # the nodes in up to 64 runs of adjacent nodes, each with its buffers made once (a node's
+    # own were 3000 allocations a gradient at n = 1000)
+    m, cap = ptr.size - 1, 0
+    for i in range(m):
+        cap = max(cap, ptr[i + 1] - ptr[i])
+    cap = min(cap, chunk)
+    runs = min(m, 64)
+    for k in _prange(runs):
+        z0, bl = np.empty(cap, dtype=out.dtype), np.empty(cap, dtype=out.dtype)
+        z1 = np.empty(cap if diff else 0, dtype=out.dtype)
+        for i in range(k * m // runs, (k + 1) * m // runs):
+            x = X[0] if x_shared else X[i]
+            y = Y[0] if y_shared else Y[i]
+            r = R[0] if r_shared else R[i]
+            lo, hi = ptr[i], ptr[i + 1]
+            _dense_node(A, b, rows, lo, hi, x, y, diff, r, code, zero, chunk, z0, z1, bl, out[i])
 
 
 @_sjit

@@ -2,7 +2,7 @@
 :mod:`problems.glm_lanes_gen` (``python -m problems.glm_lanes_gen``); do not edit."""
 
 # fmt: off
-# built against glm_kernels.py f9aac88d627129a2
+# built against glm_kernels.py 104f59fc9de853a3
 from __future__ import annotations
 
 import numba
