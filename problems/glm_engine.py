@@ -72,6 +72,9 @@ DROP_ABOVE = 4.0
 #: fastest measured at length (the set-up's pair of gradients, per-node and shared points:
 #: 0.35 ms, csr-torch/2 0.44, dense-numpy/2 0.50); after 0.05 s of warm-up all six chose csr/2
 #: (set-up 2.9 s instead of 1.1 s, once per machine and input: the choice is memoised).
+#: Part of that slowness was settle's early return, since mended (``SETTLE_WINDOW_S``): the
+#: previous candidate's BLAS workers still spun. After a full wait the first 10-20 ms of calls
+#: still ran slow, some rounds (the same pair on csr/2: 0.37-1.07 ms against 0.29 after).
 WARM_S = 0.05
 #: Before each candidate, :func:`settle` waits (up to ``SETTLE_MAX_S``) for a window of
 #: ``SETTLE_WINDOW_S`` in which this process used under ``SETTLE_SHARE`` of one core. The
