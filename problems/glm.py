@@ -101,10 +101,7 @@ def _on_threads(fn):
 
     @functools.wraps(fn)
     def wrapper(self, *args, **kwargs):
-        n = self.threads
-        if n is None or n == torch.get_num_threads():  # as threads_used, without its context
-            return fn(self, *args, **kwargs)
-        with glm_engine.threads_used(n):
+        with glm_engine.threads_used(self.threads):
             return fn(self, *args, **kwargs)
 
     return wrapper
@@ -384,7 +381,7 @@ class GLM(Problem):
         self._krows = torch.from_numpy(rows.astype(np.int64))
         self._ptr = torch.from_numpy(np.concatenate([[0], np.cumsum(counts)]).astype(np.int64))
         if self._kernels:  # the kernels read the held rows in place: no copy of the data
-            # the full gradient's arrays as the kernels take them (_kernel_full_grad)
+            # the full gradient's arrays as the kernels take them (_kernel_grad)
             self._kfull = (self._b.numpy(), self._krows.numpy(), self._ptr.numpy(),
                            glm_kernels.LOSSES[self.KERNEL_LOSS])  # fmt: skip
             return
@@ -506,7 +503,7 @@ class GLM(Problem):
     @_on_threads
     def _torch_grad(self, X: torch.Tensor) -> torch.Tensor:
         if self._kernels:
-            return self._kernel_full_grad(X)
+            return self._kernel_grad(X)
         u = self.dphi(self._margins(X), self._bh) * self._inv_m
         if self._X3 is not None:
             G = torch.bmm(u.view(self.m, 1, -1), self._X3).squeeze(1)
@@ -558,32 +555,38 @@ class GLM(Problem):
         offs = streams.integers(self.counts[nodes][:, None], batch_size)
         return Batch(nodes=nodes, size=batch_size, idx=self.offsets[nodes][:, None] + offs)
 
-    def _kernel_full_grad(self, X: torch.Tensor) -> torch.Tensor:
-        """The full gradient on the compiled kernels: :meth:`_kernel_grad` of every held row,
-        the same numbers, with the arrays the kernels take kept as NumPy's (:meth:`_select`)
-        and the point and the regulariser's term made NumPy arrays once. Each conversion or
-        small torch call costs a microsecond or more once a gradient's data pass has cooled the
-        caches: with :meth:`_kernel_grad`'s, the gradient took about 40 us more than its kernel
-        (csr/2 on mushrooms float64: 166 against 124 us)."""
-        Xn = X.detach().numpy()
-        Xn = Xn[:1] if X.shape[0] == 1 or X.stride(0) == 0 else Xn
-        R = self._reg_grad_numpy(X)
-        if R is None:
-            R = self._reg_grad_rows(X).contiguous().numpy()
-        b, rows, ptr, code = self._kfull
-        G = glm_kernels.grad_arrays(self._kdata, b, rows, ptr, np.ascontiguousarray(Xn), R, code)
+    def _kernel_grad(
+        self, X: torch.Tensor, rows: torch.Tensor | None = None, ptr: torch.Tensor | None = None,
+        Y: torch.Tensor | None = None,
+    ) -> torch.Tensor:  # fmt: skip
+        """:func:`problems.glm_kernels.grad_arrays` for the rows ``rows`` (node pointers
+        ``ptr``; None: every held row, whose arrays :meth:`_select` keeps as NumPy's), at ``X``
+        or its difference with ``Y``, the regulariser's term added. The point and that term
+        are made NumPy arrays once: each conversion or small torch call costs a microsecond or
+        more once a gradient's data pass has cooled the caches, and torch's path to the kernel
+        took about 40 us more than the kernel (csr/2 on mushrooms float64: 166 against 124 us;
+        148 this way)."""
+        R = self._reg_grad_array(X)
+        if Y is not None:
+            R = R - self._reg_grad_array(Y)
+        b, krows, kptr, code = self._kfull
+        if rows is not None:
+            krows, kptr = rows.numpy(), ptr.numpy()
+        Yn = None if Y is None else self._kernel_array(Y)
+        G = glm_kernels.grad_arrays(self._kdata, b, krows, kptr, self._kernel_array(X), R, code, Yn)
         return torch.from_numpy(G)
 
-    def _kernel_grad(
-        self, X: torch.Tensor, rows: torch.Tensor, ptr: torch.Tensor, Y: torch.Tensor | None = None
-    ) -> torch.Tensor:
-        R = self._reg_grad_rows(X)
-        if Y is not None:
-            R = R - self._reg_grad_rows(Y)
-            Y = self._kernel_point(Y)
-        X = self._kernel_point(X)
-        loss = self.KERNEL_LOSS
-        return glm_kernels.grad(self._kdata, self._b, rows, ptr, X, R.contiguous(), loss, Y)
+    def _reg_grad_array(self, X: torch.Tensor) -> np.ndarray:
+        """:meth:`_reg_grad_rows` as a NumPy array."""
+        R = self._reg_grad_numpy(X)
+        return self._reg_grad_rows(X).contiguous().numpy() if R is None else R
+
+    @staticmethod
+    def _kernel_array(X: torch.Tensor) -> np.ndarray:
+        """:meth:`_kernel_point` as a NumPy array: ``(1, d)`` when every row is the same
+        point, else ``(m, d)``, contiguous."""
+        Xn = X.detach().numpy()
+        return np.ascontiguousarray(Xn[:1] if X.shape[0] == 1 or X.stride(0) == 0 else Xn)
 
     def _batch_rows(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         """The kernels' row list and node pointers for a minibatch."""

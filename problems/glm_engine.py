@@ -31,7 +31,7 @@ import os
 import platform
 import statistics
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -168,19 +168,27 @@ def thread_candidates(threads: int | str) -> list[int]:
     return sorted({1, n})
 
 
-@contextlib.contextmanager
-def threads_used(n: int | None) -> Iterator[None]:
+class threads_used:  # named as the function it replaced: ``with threads_used(n):``
     """Run the body on ``n`` torch threads (the compiled kernels follow torch's count), then
-    restore; a no-op when ``n`` is None or already the count."""
-    if n is None or n == torch.get_num_threads():
-        yield
-        return
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
+    restore; a no-op when ``n`` is None or already the count. A class rather than a generator
+    context: every gradient enters it, and a generator's set-up cost a microsecond."""
+
+    __slots__ = ("n", "before")
+
+    def __init__(self, n: int | None) -> None:
+        self.n, self.before = n, None
+
+    def __enter__(self) -> None:
+        if self.n is not None:
+            before = torch.get_num_threads()
+            if self.n != before:
+                torch.set_num_threads(self.n)
+                self.before = before
+
+    def __exit__(self, *exc) -> None:
+        if self.before is not None:
+            torch.set_num_threads(self.before)
+            self.before = None
 
 
 _BLAS: list = []  # threadpoolctl's controllers of NumPy's BLAS libraries, made when first needed

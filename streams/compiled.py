@@ -9,9 +9,7 @@ optional: without it :data:`ENABLED` is False and the torch form is used.
 
 from __future__ import annotations
 
-import contextlib
 import threading
-from collections.abc import Iterator
 
 import numpy as np
 import torch
@@ -83,18 +81,11 @@ def launch(kernel, *args, serial=None) -> None:
     if serial is not None and work < SERIAL_BELOW:
         serial(*args)
         return
-    with _LOCK:  # _torch_threads_kept's work, written out: its context cost a microsecond
-        if not _layer_set:
-            _choose_layer()
-        want = torch.get_num_threads()
+    with _LOCK, _torch_threads_kept() as want:
         threads = 1 if work < SERIAL_BELOW else max(1, min(want, numba.config.NUMBA_NUM_THREADS))
-        try:
-            if numba.get_num_threads() != threads:
-                numba.set_num_threads(threads)
-            kernel(*args)
-        finally:
-            if torch.get_num_threads() != want:
-                torch.set_num_threads(want)
+        if numba.get_num_threads() != threads:
+            numba.set_num_threads(threads)
+        kernel(*args)
 
 
 def _choose_layer() -> None:
@@ -104,21 +95,25 @@ def _choose_layer() -> None:
     _layer_set = True
 
 
-@contextlib.contextmanager
-def _torch_threads_kept() -> Iterator[int]:
+class _torch_threads_kept:  # named as the function it replaced
     """Under ``_LOCK``: numba's threading layer chosen (OpenMP first) before its first start,
     and torch's thread count (given to the body) put back after it. Starting the layer, at a
     parallel kernel's first call or compilation, sets torch's count to numba's: a sweep's
     one-thread runs then ran on two threads each (two w8a batches side by side: 82 s each
-    instead of 14)."""
-    if not _layer_set:
-        _choose_layer()
-    want = torch.get_num_threads()
-    try:
-        yield want
-    finally:
-        if torch.get_num_threads() != want:
-            torch.set_num_threads(want)
+    instead of 14). A class rather than a generator context: every launch enters it, and a
+    generator's set-up cost a microsecond."""
+
+    __slots__ = ("want",)
+
+    def __enter__(self) -> int:
+        if not _layer_set:
+            _choose_layer()
+        self.want = torch.get_num_threads()
+        return self.want
+
+    def __exit__(self, *exc) -> None:
+        if torch.get_num_threads() != self.want:
+            torch.set_num_threads(self.want)
 
 
 def compile_vectorised(kernel, args: tuple) -> None:

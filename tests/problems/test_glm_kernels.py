@@ -67,10 +67,11 @@ def test_kernels_match_the_torch_path(cls, dense, dtype, monkeypatch):
 @pytest.mark.parametrize("dense", [True, False])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("reg_numpy", [True, False])
-def test_the_full_gradient_takes_the_kernels_numbers(cls, dense, dtype, reg_numpy, monkeypatch):
-    """The full gradient's short way to the kernels (NumPy arrays kept, the regulariser's term
-    made once) gives :meth:`GLM._kernel_grad`'s numbers bit for bit: one point, a point per
-    node, a broadcast point, a non-contiguous one, and the regulariser in torch as well."""
+def test_the_short_way_gives_the_kernels_numbers(cls, dense, dtype, reg_numpy, monkeypatch):
+    """The gradient's short way to the kernels (NumPy arrays kept, the regulariser's term made
+    once) gives the numbers of :func:`glm_kernels.grad` called with torch's tensors, bit for
+    bit: full gradients at one point, a point per node, a broadcast point and a non-contiguous
+    one, differences, minibatches, and the regulariser in torch as well."""
     A, b = _data(dense, seed=6)
     p = cls(A, b, COUNTS, lam=0.1, dtype=dtype)
     monkeypatch.setattr(p, "REG_NUMPY", reg_numpy)
@@ -79,13 +80,27 @@ def test_the_full_gradient_takes_the_kernels_numbers(cls, dense, dtype, reg_nump
     x = torch.randn(p.d, generator=gen, dtype=torch.float64).to(dtype)
     X = torch.randn(4, p.d, generator=gen, dtype=torch.float64).to(dtype)
     Xt = torch.randn(p.d, 4, generator=gen, dtype=torch.float64).to(dtype).t()
+
+    def torch_way(q, P, rows, ptr, Q=None):
+        R = q._reg_grad_rows(P)
+        if Q is not None:
+            R = R - q._reg_grad_rows(Q)
+            Q = q._kernel_point(Q)
+        P = q._kernel_point(P)
+        return glm_kernels.grad(q._kdata, q._b, rows, ptr, P, R.contiguous(), q.KERNEL_LOSS, Q)
+
     for point in (x, X, x.expand(4, -1), Xt):
-        want = p._kernel_grad(p._rows(point), p._krows, p._ptr)
         got = p.grad(point)
         assert got.shape == (4, p.d) and got.dtype == dtype
-        assert torch.equal(got, want)
+        assert torch.equal(got, torch_way(p, p._rows(point), p._krows, p._ptr))
+        want = torch_way(p, p._rows(point), p._krows, p._ptr, p._rows(X))
+        assert torch.equal(p.grad_diff(point, X), want)
+    batch = p.sample(SimulatedComm(4, seed=0).rng(2), 5)
+    rows, ptr = p._batch_rows(batch)
+    assert torch.equal(p.grad(X, batch), torch_way(p, X, rows, ptr))
+    assert torch.equal(p.grad_diff(X, x, batch), torch_way(p, X, rows, ptr, p._rows(x)))
     local = p.local([2, 0])
-    assert torch.equal(local.grad(X[:2]), local._kernel_grad(X[:2], local._krows, local._ptr))
+    assert torch.equal(local.grad(X[:2]), torch_way(local, X[:2], local._krows, local._ptr))
 
 
 @pytest.mark.parametrize("dense", [True, False])
