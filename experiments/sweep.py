@@ -184,11 +184,15 @@ def run_sweep(
 
     if isinstance(config, SweepConfig):
         check_grid(cfg)  # load_config checks the configs it reads
+    from experiments.sweep_pool import planned_batches
     from experiments.sweep_servers import RUN_THREADS
 
     here = executor == "pool"  # the runs start on this machine, each on RUN_THREADS threads
-    resolve_runs(cfg, device_here=executor != "slurm", threads=RUN_THREADS if here else None)
     out = Path(out)
+    # the batches' run counts, so that each batched problem's engine is chosen up front too
+    points = planned_batches(cfg, out, jobs) if here and batch == "auto" and prune is None else {}
+    resolve_runs(cfg, device_here=executor != "slurm", threads=RUN_THREADS if here else None,
+                 points=points)  # fmt: skip
     try:
         _claim(out, cfg)
     except OSError as e:  # a folder that cannot be made or written at all: a bad --out

@@ -278,6 +278,19 @@ def _batches(todo: list[RunSpec], out: Path, jobs: int) -> list[list[RunSpec]]:
     return units
 
 
+def planned_batches(cfg: SweepConfig, out: Path, jobs: int) -> dict[tuple, set[int]]:
+    """Per group (:func:`experiments.select.group_key`), the run counts of the batches that
+    ``--batch auto`` would start now for ``cfg`` in ``out`` with ``jobs`` workers
+    (:func:`_batches` of its unfinished runs)."""
+    from experiments.select import group_key
+
+    todo = [s for s in cfg.runs() if not _finished(out / "runs" / s.run_id)]
+    sizes: dict[tuple, set[int]] = {}
+    for unit in _batches(todo, out, jobs):
+        sizes.setdefault(group_key(unit[0].params), set()).add(len(unit))
+    return sizes
+
+
 def _entries(path: Path) -> int:
     """The stored entries and rows of a LIBSVM text file (``:`` and newlines counted, in
     blocks): what one pass over its data costs; 0 when it cannot be read."""

@@ -77,7 +77,10 @@ def check_grid(cfg: SweepConfig) -> None:
                 raise ValueError(blamed)
 
 
-def resolve_runs(cfg: SweepConfig, *, device_here: bool = True, threads: int | None = None) -> None:
+def resolve_runs(
+    cfg: SweepConfig, *, device_here: bool = True, threads: int | None = None,
+    points: dict[tuple, set[int]] | None = None,
+) -> None:  # fmt: skip
     """Resolve one run per group with the runner's ``configure`` (problem built, method set).
 
     Runs are resolved on the CPU: the sweep's own process holds no accelerator, and a problem
@@ -87,7 +90,13 @@ def resolve_runs(cfg: SweepConfig, *, device_here: bool = True, threads: int | N
     gradients' engine it measures (:mod:`problems.glm_engine`), here, before any run loads
     the cores, is memoised under the key its runs look up. Otherwise every run would measure
     it again beside the others, and on a loaded machine memoise nothing (measured: 0.5-0.8 s
-    a run on a9a, with one other core busy).
+    a run on a9a, with one other core busy). ``points`` (with ``threads``): per group
+    (:func:`experiments.select.group_key`), the run counts of the batches its runs will
+    advance in (:func:`experiments.sweep_pool.planned_batches`); the problem then also chooses
+    its engine for the gradients at that many points (:meth:`problems.base.Problem.
+    prepare_points`), here, for the same reason: measured in each batch beside another, the
+    EF21 grid's eight batches took 0.6-1.1 s each at it, memoised nothing, and measured again
+    in every later sweep.
 
     Raises:
         ValueError: a compressor spec that does not parse, a device missing here, or a run
@@ -120,10 +129,14 @@ def resolve_runs(cfg: SweepConfig, *, device_here: bool = True, threads: int | N
         groups.add(group)
         args = RunConfig.from_namespace(_parser().parse_args(spec.argv), list(spec.argv))
         args.nodes = 10 if args.nodes is None else args.nodes  # the runner's default
+        here = threads is not None and args.device == "cpu"  # the batches' engine: chosen here
+        sizes = (points or {}).get(group, ()) if here else ()
         args.device = "cpu"
         try:
             with _quiet(), threads_used(threads):
-                configure(args)
+                _, problem, _ = configure(args)
+                for R in sorted(sizes):
+                    problem.prepare_points(R)
         except (ValueError, OSError) as e:
             err = str(e)
             blamed = _blame(err, _sources(cfg, i, varied), by_value=True)

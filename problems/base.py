@@ -302,6 +302,12 @@ class Problem:
         GLMs: a product with ``R`` right-hand sides) overrides it."""
         return torch.stack([self.grad(p) for p in P])
 
+    def prepare_points(self, R: int) -> None:
+        """Make ready what :meth:`grad_points` at ``R`` points will use, as its first call
+        would (a problem that chooses an engine for it by measurement chooses it here, and
+        memoises it where the machine is quiet); by default nothing. A sweep calls it before
+        its batches start (:func:`experiments.validate.resolve_runs`)."""
+
     def loss_grad_points(self, P: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``f`` ``(R,)`` and ``grad f`` ``(R, d)`` at each of ``R`` points ``(R, d)`` (what the
         runner logs for a batch of runs); by default :meth:`loss` and :meth:`full_grad` at

@@ -735,6 +735,12 @@ class GLM(Problem):
         with self._on_points_threads():
             return self._grad_points(P, with_loss)
 
+    def prepare_points(self, R: int) -> None:
+        """Choose :attr:`points_engine` for ``R`` points, if not yet chosen, timed at ``R``
+        copies of the start ``x0`` (where a batch of runs takes its first gradients)."""
+        if self.points_engine == "auto":
+            self._choose_points_engine(self.x0.to(self.device, self.dtype).repeat(R, 1))
+
     def _lanes_data(self) -> tuple:
         """The CSR rows as :mod:`problems.glm_lanes` reads them (built once; the kernels'
         own view where they already read CSR rows)."""

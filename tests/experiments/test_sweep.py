@@ -464,3 +464,53 @@ def test_the_costliest_runs_and_batches_start_first(tmp_path, monkeypatch):
     started.clear()
     sweep_pool._run_all(cfg, tmp_path / "out", 1, False, batch="off")
     assert started == [("run", *o) for o in order for _ in range(2)]
+
+
+def test_the_batches_engine_is_chosen_before_they_start(tmp_path, monkeypatch):
+    """A ``--batch auto`` sweep chooses each batched problem's engine for its gradients at
+    ``R`` points up front, on a quiet machine, under the key the batch looks up (its run count,
+    its thread count), so that no batch measures it beside another and memoises nothing."""
+    from experiments import sweep_pool
+    from experiments.validate import _parser, resolve_runs
+    from problems import glm_engine
+    from problems.glm_engine import threads_used
+    from runner.config import RunConfig
+    from runner.resolve import configure
+
+    lines = "".join(f"{(-1) ** j} 1:0.5 2:{j % 3} 3:1\n" for j in range(400))
+    (tmp_path / "set.txt").write_text(lines)
+    monkeypatch.setattr(glm_engine, "load_per_core", lambda: 0.1)  # a quiet machine
+    monkeypatch.setattr(glm_engine, "busy_elsewhere", lambda since: 0.0)
+    cfg = load_config({
+        "name": "points",
+        "base": {"problem": "logreg", "nodes": 2, "iters": 10,
+                 "dataset": f"libsvm:{tmp_path / 'set.txt'}"},
+        "methods": [{"algorithm": "ef21"}, {"algorithm": "ef21-bc"}],
+        "grid": {"compressor": ["topk:k=1"], "step_mult": [1, 2, 4]},
+    })  # fmt: skip
+    sizes = sweep_pool.planned_batches(cfg, tmp_path / "out", jobs=1)
+    ef21 = [s for s in cfg.runs() if s.params["algorithm"] == "ef21"]
+    assert sizes == {group_key(ef21[0].params): {3}}  # EF21-BC is not batchable: no batch
+
+    def batch_lookup() -> list:
+        """The batch's first gradients at its 3 points, as it takes them: what it measured."""
+        measured = []
+        real = glm_engine.measure
+        monkeypatch.setattr(glm_engine, "measure", lambda o, a: measured.append(o) or real(o, a))
+        args = RunConfig.from_namespace(_parser().parse_args(ef21[0].argv), list(ef21[0].argv))
+        with threads_used(1):
+            _, problem, _ = configure(args)
+            problem.grad_points(problem.x0.repeat(3, 1))
+        monkeypatch.setattr(glm_engine, "measure", real)
+        return measured
+
+    monkeypatch.setenv("COMPZOO_CACHE", str(tmp_path / "cache-1"))
+    resolve_runs(cfg, threads=1)  # without the batches' sizes: the batch measures for itself
+    assert len(batch_lookup()) == 1
+    monkeypatch.setenv("COMPZOO_CACHE", str(tmp_path / "cache-2"))
+    resolve_runs(cfg, threads=1, points=sizes)
+    assert batch_lookup() == []  # read from the memo
+    # the memo is keyed by the run count: a batch of 2 measures
+    monkeypatch.setenv("COMPZOO_CACHE", str(tmp_path / "cache-3"))
+    resolve_runs(cfg, threads=1, points={k: {2} for k in sizes})
+    assert len(batch_lookup()) == 1
