@@ -81,7 +81,10 @@ def decode(index, values, signs, scale, d: int, root: float, big: float) -> torc
 
 
 if numba is not None:
-    # the fill (signs, scaling, first stages) and the finish are FO-SGD's
+    # the fill (signs, scaling, first stages) and the finish are FO-SGD's; _block is compiled
+    # into _unpack here, and numba's cache knows a kernel by its own file only: a change to
+    # _block comes with an edit to this file, so that the cached _unpack is compiled again
+    # (last: the stages within 512 bytes in registers, compiled_fwht._lane_stages)
     from compressors.compiled_fwht import _block, _fill, _finish
     from streams.compiled import _mix
 

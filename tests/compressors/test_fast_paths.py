@@ -105,7 +105,7 @@ def test_reference_transform_is_the_matrix():
 def test_fwht_is_the_stage_by_stage_transform(dtype):
     # the first plan's in-cache block is 2^13 entries, then rounds of up to 7 stages (a partial
     # one, one, two)
-    for k in (0, 1, 2, 3, 5, 11, 12, 13, 14, 16, 20, 21):
+    for k in (0, 1, 2, 3, 5, 6, 7, 8, 11, 12, 13, 14, 16, 20, 21):
         x = _rows(3, 1 << k, dtype, k)
         want = torch.from_numpy(ref_fwht(x.numpy()))
         assert _same(fwht(x), want), k
@@ -122,7 +122,7 @@ def test_fwht_is_the_same_under_every_plan(dtype, monkeypatch):
     x = _rows(2, 1 << 15, dtype, 7)
     want = torch.from_numpy(ref_fwht(x.numpy()))
     for bl, rnd, tile in compiled_fwht.PLANS:
-        for p in ((bl, rnd, tile), (min(bl, 10), 2, 64), (min(bl, 9), rnd, 8)):
+        for p in ((min(bl, 15), rnd, tile), (min(bl, 10), 2, 64), (min(bl, 9), rnd, 8)):
             assert _same(compiled_fwht.transform_(x.clone(), p), want), p
     monkeypatch.setattr(compiled_fwht, "MEASURE_FROM", 1 << 14)
     monkeypatch.setattr(compiled_fwht, "_CHOSEN", {})
