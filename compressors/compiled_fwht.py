@@ -1,22 +1,22 @@
 """Compiled CPU kernels of the Walsh-Hadamard transform and of FO-SGD's compressor (see
 :mod:`streams.compiled`).
 
-The transform runs in place. The first ``bl`` butterfly stages of each block of ``2^bl``
-entries run while the block is in cache: the stages within :data:`LANE_BYTES` of adjacent
-entries (``h = 1 .. 64`` in float32, ``1 .. 32`` in float64) in vector registers, eight
-64-byte vectors at a time, each stage within a vector a swap of its lanes, an add, a subtract
-and a select (:func:`_lane_stages`; written as loops, these stages did not vectorise and took
-two thirds of a block's time: a float32 block of ``2^13`` 11.4-12.1 us before, 3.4-3.7 after,
-float64 12.7-13.9 and 6.6-7.6, on a 2-core AMD EPYC); the rest three at a time. The remaining
-stages go in rounds of up to ``rnd``: a
-tile of ``tile`` adjacent columns of the round's ``2^rnd`` strided segments goes through all the
-round's stages while it is in cache, three stages at a time (eight entries at strides
-``h, 2h, 4h`` held in registers). A length ``2^L`` costs ``1 + ceil((L - bl) / rnd)`` passes over
-memory instead of ``L``. Which ``(bl, rnd, tile)`` is fastest depends on the CPU's caches: for
-long rows it is timed once per length, dtype and thread count (:func:`plan`).
-Every butterfly is one of the stage-by-stage form (``a + b``, ``a - b`` of the same two
-values, each having been through the same earlier stages); only the order in which the
-butterflies of different entries run changes, so the result is the same, bit for bit.
+The transform runs in place. The first ``bl`` butterfly stages of each block of ``2^bl`` entries
+run while the block is in cache: those within :data:`LANE_BYTES` of adjacent entries (``h = 1 ..
+64`` in float32, ``1 .. 32`` in float64) in vector registers, eight 64-byte vectors at a time,
+each stage within a vector a swap of its lanes, an add, a subtract and a select
+(:func:`_lane_stages`), then the others three at a time. Written as loops, those first stages
+did not vectorise and took two thirds of a block's time (a float32 block of ``2^13``: 11.4-12.1
+us, 3.4-3.7 in registers; float64 12.7-13.9 and 6.6-7.6, on a 2-core AMD EPYC). The remaining
+stages go in rounds of up to ``rnd``: a tile of ``tile`` adjacent columns of the round's
+``2^rnd`` strided segments goes through all the round's stages while it is in cache, three
+stages at a time (eight entries at strides ``h, 2h, 4h`` held in registers). A length ``2^L``
+costs ``1 + ceil((L - bl) / rnd)`` passes over memory instead of ``L``. Which ``(bl, rnd,
+tile)`` is fastest depends on the CPU's caches: for long rows it is timed once per length, dtype
+and thread count (:func:`plan`). Every butterfly is one of the stage-by-stage form (``a + b``,
+``a - b`` of the same two values, each having been through the same earlier stages); only the
+order in which the butterflies of different entries run changes, so the result is the same, bit
+for bit.
 
 FO-SGD's encode fills the padded, sign-flipped row block by block (the signs drawn on the fly
 from the row's SplitMix64 stream, as ``Streams.bits64`` draws them) and runs the in-cache
@@ -151,6 +151,8 @@ if numba is not None:
     from streams.compiled import _mix
 
     _VECTORS = LANE_BYTES // 64  # vectors of 64 bytes per call of _lane_stages
+    # the stages done by one call: log2 of the entries in LANE_BYTES (7 in float32, 6 in float64)
+    _LOW32, _LOW64 = (LANE_BYTES // 4).bit_length() - 1, (LANE_BYTES // 8).bit_length() - 1
 
     @intrinsic
     def _lane_stages(typingctx, b, o):
@@ -270,7 +272,7 @@ if numba is not None:
         ``log2(LANE_BYTES / itemsize)`` in registers (:func:`_lane_stages`), where the block
         holds that many entries, the rest three at a time."""
         lev = 0
-        low = 7 if b.itemsize == 4 else 6  # log2(LANE_BYTES / itemsize)
+        low = _LOW32 if b.itemsize == 4 else _LOW64
         if bl >= low:
             for g in range(o, o + (1 << bl), 1 << low):
                 _lane_stages(b, g)
