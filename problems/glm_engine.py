@@ -58,6 +58,12 @@ DENSE_ANY_SIZE_ABOVE = 0.25
 #: Measurement: each candidate is called until this many seconds have passed (at least
 #: ``MIN_CALLS`` calls), in ``ROUNDS`` interleaved rounds; the median of its rounds counts.
 BUDGET_S, MIN_CALLS, ROUNDS = 0.02, 3, 3
+#: ... and the candidates whose median is then within ``CLOSE`` of the best are timed in
+#: further rounds, interleaved, while they stay that close, up to ``MAX_ROUNDS`` in all: three
+#: rounds did not separate two engines 5% apart in one set-up (mushrooms, float64: dense/2's
+#: gradients 0.355 ms, csr/2's 0.372, so dense/2 was memoised; timed alone later, csr/2 0.147
+#: ms a gradient, dense/2 0.177-0.194).
+CLOSE, MAX_ROUNDS = 0.1, 9
 #: A candidate whose first two calls after its warm-up (``WARM_S``) each take this many times
 #: the best so far is dropped unmeasured. Two: a first call may carry a one-time cost
 #: (measured: dense-numpy on mushrooms, float32, dropped on its first call in one benchmark's
@@ -270,23 +276,37 @@ def measure(
     rest). A candidate whose first two timed calls are each far slower than the best so far
     (``DROP_ABOVE``) is dropped; every other one is timed in each round: a single round is too
     noisy to prune on (cutting candidates over 1.5x the best after each round lost the fastest
-    engine in five set-ups of six, where the median of three rounds found it in six of six)."""
+    engine in five set-ups of six, where the median of three rounds found it in six of six).
+    After ``ROUNDS`` rounds, those within ``CLOSE`` of the best go on in further rounds while
+    they stay that close (at most ``MAX_ROUNDS`` in all)."""
     times: dict[tuple[str, int], list[float]] = {o: [] for o in options}
     alive = list(options)
+
+    def one(o: tuple[str, int]) -> None:
+        call = apply(*o)
+        settle()
+        with threads_used(o[1]):
+            t0 = time.perf_counter()
+            call()
+            while time.perf_counter() - t0 < WARM_S:
+                call()
+            best = min((min(v) for v in times.values() if v), default=None)
+            if best is not None and not times[o] and _slow_twice(call, DROP_ABOVE * best):
+                alive.remove(o)
+                return
+            times[o].append(_time(call))
+
     for _ in range(ROUNDS):
         for o in list(alive):
-            call = apply(*o)
-            settle()
-            with threads_used(o[1]):
-                t0 = time.perf_counter()
-                call()
-                while time.perf_counter() - t0 < WARM_S:
-                    call()
-                best = min((min(v) for v in times.values() if v), default=None)
-                if best is not None and not times[o] and _slow_twice(call, DROP_ABOVE * best):
-                    alive.remove(o)
-                    continue
-                times[o].append(_time(call))
+            one(o)
+    for _ in range(MAX_ROUNDS - ROUNDS):
+        median = {o: statistics.median(times[o]) for o in alive}
+        top = min(median.values(), default=0.0)
+        near = [o for o in alive if median[o] <= (1 + CLOSE) * top]
+        if len(near) < 2:
+            break
+        for o in near:
+            one(o)
     return {o: statistics.median(v) for o, v in times.items() if v}
 
 

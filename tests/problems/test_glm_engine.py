@@ -279,6 +279,40 @@ def test_candidates_are_timed_after_a_warm_up(monkeypatch):
     assert min(times, key=times.get) == ("waking", 2), times
 
 
+def test_close_candidates_are_timed_again_until_they_part(monkeypatch):
+    """Three rounds can leave two engines a few percent apart in the wrong order (one round
+    slow for the faster); those within ``CLOSE`` of the best get further rounds, up to
+    ``MAX_ROUNDS``, and the median of all of them decides. A candidate far behind is not timed
+    again."""
+    monkeypatch.setattr(glm_engine, "settle", lambda: 0.0)
+    monkeypatch.setattr(glm_engine, "WARM_S", 0.0)
+    # seconds per call of each timing, in turn: "fast" is slow in its first three rounds
+    plan = {"fast": [1.08, 1.08, 1.08] + [1.0] * 20, "steady": [1.05] * 23, "far": [2.0] * 23}
+    timed = {k: 0 for k in plan}
+
+    def apply(engine, threads):
+        def call():
+            pass
+
+        call.engine = engine
+        return call
+
+    def fake_time(call):
+        timed[call.engine] += 1
+        return plan[call.engine][timed[call.engine] - 1] * 1e-3
+
+    monkeypatch.setattr(glm_engine, "_time", fake_time)
+    times = glm_engine.measure([("steady", 1), ("fast", 2), ("far", 1)], apply)
+    assert min(times, key=times.get) == ("fast", 2), times
+    assert timed == {"fast": glm_engine.MAX_ROUNDS, "steady": glm_engine.MAX_ROUNDS,
+                     "far": glm_engine.ROUNDS}  # fmt: skip
+    # apart after three rounds: no more
+    timed.update(fast=0, steady=0, far=0)
+    plan["fast"] = [0.5] * 23
+    glm_engine.measure([("steady", 1), ("fast", 2)], apply)
+    assert timed["fast"] == timed["steady"] == glm_engine.ROUNDS
+
+
 def test_choose_keeps_the_fastest(monkeypatch):
     options = [("csr", 1), ("csr", 2), ("dense-torch", 1)]
     fake = {("csr", 1): 3e-3, ("csr", 2): 1e-3, ("dense-torch", 1): 2e-3}
