@@ -60,9 +60,11 @@ DENSE_ANY_SIZE_ABOVE = 0.25
 BUDGET_S, MIN_CALLS, ROUNDS = 0.02, 3, 3
 #: ... and the candidates whose median is then within ``CLOSE`` of the best are timed in
 #: further rounds, interleaved, while they stay that close, up to ``MAX_ROUNDS`` in all: three
-#: rounds did not separate two engines 5% apart in one set-up (mushrooms, float64: dense/2's
-#: gradients 0.355 ms, csr/2's 0.372, so dense/2 was memoised; timed alone later, csr/2 0.147
-#: ms a gradient, dense/2 0.177-0.194).
+#: rounds did not order two engines 5% apart in one set-up (the papers' mushrooms problem,
+#: float64: a timed pair of gradients took 0.355 ms on dense/2 and 0.372 on csr/2, so dense/2
+#: was memoised; timed later in one process, 0.306-0.362 on dense/2 and 0.292 on csr/2).
+#: Candidates that close still swap places in some set-ups (that one: dense/2 in one of three
+#: with up to nine rounds), at a cost of a few percent.
 CLOSE, MAX_ROUNDS = 0.1, 9
 #: A candidate whose first two calls after its warm-up (``WARM_S``) each take this many times
 #: the best so far is dropped unmeasured. Two: a first call may carry a one-time cost
