@@ -41,6 +41,9 @@ values, int64 column indices and row pointers, twice; or the dense matrix, twice
 the measured memory bandwidth. The target (issue 16) is loop / compzoo >= 5x in float64.
 """
 
+# built against problems/glm_kernels.py 104f59fc9de853a3
+# built against streams/compiled.py 9c636d5ac7a1d585
+
 from __future__ import annotations
 
 import logging

@@ -12,6 +12,9 @@ long row runs on every thread; what crosses a chunk's edge (the gap to the previ
 level) is joined afterwards from per-chunk summaries. Inner loops run over slices indexed from
 0, which the compiler vectorizes (an index that may be negative is wrapped, which it cannot)."""
 
+# built against compressors/compiled_fastsgd.py da0fd06c6197d73b
+# built against streams/compiled.py 9c636d5ac7a1d585
+
 from __future__ import annotations
 
 import numpy as np

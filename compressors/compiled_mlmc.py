@@ -24,6 +24,8 @@ norm is added in torch's order), one for the payload and one to decode, each ove
 the row on every thread.
 """
 
+# built against streams/compiled.py 9c636d5ac7a1d585
+
 from __future__ import annotations
 
 import numpy as np

@@ -10,6 +10,8 @@ bucket. The result is the same permutation (the keys are distinct with probabili
 ``1 - d^2 / 2^64``; equal keys keep their index order).
 """
 
+# built against streams/compiled.py 9c636d5ac7a1d585
+
 from __future__ import annotations
 
 import numpy as np

@@ -23,6 +23,9 @@ two C-library logarithms per tail entry (about a quarter of them) and the centra
 rational function.
 """
 
+# built against compressors/compiled_mlmc.py cd91211286ba2c11
+# built against streams/compiled.py 9c636d5ac7a1d585
+
 from __future__ import annotations
 
 import math

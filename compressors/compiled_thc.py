@@ -10,6 +10,11 @@ and writes the index; decode writes the table values of the indices straight int
 buffer. Every entry goes through the same operations in the same precision: the same bits.
 """
 
+# built against compressors/compiled_dense.py e0be726b02d09837
+# built against compressors/compiled_fastsgd.py da0fd06c6197d73b
+# built against compressors/compiled_fwht.py ad9e8438d1623c0a
+# built against streams/compiled.py 9c636d5ac7a1d585
+
 from __future__ import annotations
 
 import numpy as np
@@ -82,9 +87,7 @@ def decode(index, values, signs, scale, d: int, root: float, big: float) -> torc
 
 if numba is not None:
     # the fill (signs, scaling, first stages) and the finish are FO-SGD's; _block is compiled
-    # into _unpack here, and numba's cache knows a kernel by its own file only: a change to
-    # _block comes with an edit to this file, so that the cached _unpack is compiled again
-    # (last: the stages within 512 bytes in registers, compiled_fwht._lane_stages)
+    # into _unpack here (a change there restamps this file: streams.stamps)
     from compressors.compiled_fwht import _block, _fill, _finish
     from streams.compiled import _mix
 

@@ -21,6 +21,8 @@ Numba is optional at import: :func:`available` is False without it, and the GLM 
 torch path (also its path on CUDA and for other dtypes).
 """
 
+# built against streams/compiled.py 9c636d5ac7a1d585
+
 from __future__ import annotations
 
 import math

@@ -3,22 +3,22 @@ width ``W`` in :data:`problems.glm_lanes.WIDTHS`, each with ``W`` scalar accumul
 out. ``python -m problems.glm_lanes_gen`` rewrites the file; a test checks that it is current.
 
 The file names the digest of :mod:`problems.glm_kernels`, whose ``phi'`` and loss its kernels
-inline: numba's cache of a function is keyed by its own file only, so after a change there the
-kernels would be loaded as compiled before. A change of ``glm_kernels.py`` makes the file stale
-(the test fails) until it is written again, which gives it a new stamp and numba recompiles."""
+inline, in the stamp lines of :mod:`streams.stamps`: numba's cache of a function is keyed by its
+own file only, so after a change there the kernels would be loaded as compiled before. A change
+of ``glm_kernels.py`` makes the file stale (the test fails) until it is written again, which
+gives it a new stamp and numba recompiles."""
 
 from __future__ import annotations
 
-import hashlib
 import sys
 from pathlib import Path
 
 from problems.glm_lanes import WIDTHS
+from streams import stamps
 
 __all__ = ["KERNELS", "source"]
 
 KERNELS = Path(__file__).with_name("glm_lanes_kernels.py")
-INLINED = Path(__file__).with_name("glm_kernels.py")
 
 _HEAD = '''"""The kernels of :mod:`problems.glm_lanes`, one per width: written by
 :mod:`problems.glm_lanes_gen` (``python -m problems.glm_lanes_gen``); do not edit."""
@@ -118,9 +118,8 @@ def _kernel(W: int) -> str:
 
 def source() -> str:
     """The text of :mod:`problems.glm_lanes_kernels`."""
-    digest = hashlib.sha256(INLINED.read_bytes()).hexdigest()[:16]
-    head = _HEAD.replace("# fmt: off\n", f"# fmt: off\n# built against glm_kernels.py {digest}\n")
-    return head + "".join(_kernel(W) for W in WIDTHS)
+    text = _HEAD + "".join(_kernel(W) for W in WIDTHS)
+    return stamps.stamp_as(KERNELS.resolve().relative_to(stamps.ROOT).as_posix(), text)
 
 
 if __name__ == "__main__":

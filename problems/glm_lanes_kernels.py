@@ -1,8 +1,10 @@
 """The kernels of :mod:`problems.glm_lanes`, one per width: written by
 :mod:`problems.glm_lanes_gen` (``python -m problems.glm_lanes_gen``); do not edit."""
 
+# built against problems/glm_kernels.py 104f59fc9de853a3
+# built against streams/compiled.py 9c636d5ac7a1d585
+
 # fmt: off
-# built against glm_kernels.py 104f59fc9de853a3
 from __future__ import annotations
 
 import numba

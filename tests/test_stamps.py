@@ -1,0 +1,117 @@
+"""The kernel modules' stamps (:mod:`streams.stamps`): current, and stale after a change to what a
+kernel compiles in, directly or through another module."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from streams import stamps
+
+
+def test_every_kernel_module_is_stamped_with_what_it_is_built_against():
+    assert stamps.stale() == [], "kernel modules are stale: run python -m streams.stamps"
+
+
+def test_the_kernel_modules_and_their_closure():
+    deps = stamps.kernel_modules(stamps._sources())
+    # the modules the compiled kernels live in, and no module without numba code
+    assert {"streams/compiled.py", "problems/glm_kernels.py", "compressors/compiled_thc.py"} <= set(
+        deps
+    )
+    assert "problems/glm_lanes_gen.py" not in deps  # its numba code is text it writes
+    assert "streams/stamps.py" not in deps
+    assert deps["streams/compiled.py"] == set()
+    # THC compiles in the transform's _block and the streams' _mix
+    assert {"compressors/compiled_fwht.py", "streams/compiled.py"} <= deps[
+        "compressors/compiled_thc.py"
+    ]
+    # the lanes' kernels import glm_kernels alone, which imports the streams: followed through
+    assert deps["problems/glm_lanes_kernels.py"] == {
+        "problems/glm_kernels.py",
+        "streams/compiled.py",
+    }
+    # compiled_dense and compiled_fastsgd import each other
+    assert "compressors/compiled_fastsgd.py" in deps["compressors/compiled_dense.py"]
+    assert "compressors/compiled_dense.py" in deps["compressors/compiled_fastsgd.py"]
+
+
+@pytest.mark.parametrize(
+    "changed", ["streams/compiled.py", "compressors/compiled_fwht.py", "problems/glm_kernels.py"]
+)
+def test_a_change_makes_exactly_the_modules_built_against_it_stale(changed):
+    sources = stamps._sources()
+    deps = stamps.kernel_modules(sources)
+    edited = {**sources, changed: sources[changed] + "\n# a change\n"}
+    late = stamps.stale(edited)
+    assert late == sorted(path for path, d in deps.items() if changed in d)
+    assert changed not in late and late
+    # restamped once, nothing is stale, modules that import each other included
+    fixed = {
+        **edited,
+        **{p: stamps.stamped(edited[p], stamps.stamps(deps[p], edited)) for p in late},
+    }
+    assert stamps.stale(fixed) == []
+
+
+def test_a_change_to_the_stamps_alone_changes_no_digest():
+    sources = stamps._sources()
+    path = "compressors/compiled_fwht.py"
+    assert stamps.PREFIX in sources[path]
+    edited = {**sources, path: stamps.stamped(sources[path], [stamps.PREFIX + "x.py 0"])}
+    assert stamps.stale(edited) == [path]
+
+
+def test_stamped_and_unstamped_are_inverse():
+    text = '"""Doc,\nover two lines."""\n\nfrom __future__ import annotations\n\nX = 1\n'
+    lines = [stamps.PREFIX + "a.py 0123", stamps.PREFIX + "b.py 4567"]
+    once = stamps.stamped(text, lines)
+    assert once.split("\n")[2:5] == ["", *lines]
+    assert stamps.unstamped(once) == text
+    assert stamps.stamped(once, lines) == once
+    assert stamps.stamped(once, []) == text
+    with pytest.raises(ValueError, match="docstring"):
+        stamps.stamped("X = 1\n", lines)
+
+
+def test_numba_serves_a_stale_kernel_until_its_own_file_changes(tmp_path):
+    """Why the stamps exist: a cached kernel keeps the code it called in another module."""
+    pytest.importorskip("numba")
+    pkg = tmp_path / "stamped_pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    helper = pkg / "helper.py"
+    kernel = pkg / "kernel.py"
+    helper.write_text("import numba\n\n\n@numba.njit(cache=True)\ndef f():\n    return 1\n")
+    kernel.write_text(
+        textwrap.dedent(
+            '''\
+            """A kernel that calls another module's function."""
+
+            import numba
+
+            from stamped_pkg.helper import f
+
+
+            @numba.njit(cache=True)
+            def g():
+                return f()
+            '''
+        )
+    )
+
+    def run() -> int:
+        code = "from stamped_pkg.kernel import g; print(g())"
+        out = subprocess.run(
+            [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True
+        )
+        return int(out.stdout)
+
+    assert run() == 1
+    helper.write_text(helper.read_text().replace("return 1", "return 2"))
+    assert run() == 1  # the helper's change is not seen: g is loaded from its cache
+    kernel.write_text(stamps.stamped(kernel.read_text(), [stamps.PREFIX + "helper.py 2"]))
+    assert run() == 2
