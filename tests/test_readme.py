@@ -232,6 +232,10 @@ def _check_beer(tmp: Path, out: str) -> None:
     assert 3e-7 < float(rows[-1].split(",")[head.index("consensus")]) < 5e-7
 
 
+def _check_stamps(tmp: Path, out: str) -> None:
+    assert "stale" not in out, out  # and exit 0 (_run): every kernel module's stamps current
+
+
 def _check_sparsifiers(tmp: Path, out: str) -> None:
     rows = [line.split("|") for line in out.splitlines() if line.startswith("| ")][1:]
     assert len(rows) == 10, out
@@ -280,6 +284,12 @@ EXERCISED: dict[str, Use] = {
         [sys.executable, str(REPO / "docs" / "generate.py"), "--check"], _check_docs_current
     ),
     "python -m algorithms.run ef21 --help": Use(None, _check_method_help),
+    "python -m streams.stamps": Use(
+        None,
+        where="test_the_command_restamps_a_copy_after_a_change (tests/test_stamps.py): it runs "
+        "on a copy of the packages, one kernel module changed",
+    ),
+    "python -m streams.stamps --check": Use([*PY, "streams.stamps", "--check"], _check_stamps),
     TORCHRUN_EXAMPLE: Use(None, marks=("dist",)),
     "torchrun --nnodes 2 --node-rank 0 --nproc-per-node 4 --rdzv-backend c10d --rdzv-endpoint "
     "HOST:PORT --rdzv-id myrun -m algorithms.run marina --compressor randk:k=5 --problem logreg "

@@ -3,6 +3,7 @@ kernel compiles in, directly or through another module."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -115,3 +116,26 @@ def test_numba_serves_a_stale_kernel_until_its_own_file_changes(tmp_path):
     assert run() == 1  # the helper's change is not seen: g is loaded from its cache
     kernel.write_text(stamps.stamped(kernel.read_text(), [stamps.PREFIX + "helper.py 2"]))
     assert run() == 2
+
+
+def test_the_command_restamps_a_copy_after_a_change(tmp_path, monkeypatch, capsys):
+    for pkg in stamps.PACKAGES:
+        shutil.copytree(
+            stamps.ROOT / pkg, tmp_path / pkg, ignore=shutil.ignore_patterns("__pycache__")
+        )
+    monkeypatch.setattr(stamps, "ROOT", tmp_path)
+    assert stamps.main(["--check"]) == 0
+    helper = tmp_path / "streams" / "compiled.py"
+    helper.write_text(helper.read_text() + "\n# a change\n")
+    before = (tmp_path / "compressors" / "compiled_thc.py").read_text()
+    assert stamps.main(["--check"]) == 1
+    assert "stale: compressors/compiled_thc.py" in capsys.readouterr().err
+    assert (
+        tmp_path / "compressors" / "compiled_thc.py"
+    ).read_text() == before  # --check writes nothing
+    assert stamps.main([]) == 0
+    assert "stamped compressors/compiled_thc.py" in capsys.readouterr().err
+    after = (tmp_path / "compressors" / "compiled_thc.py").read_text()
+    assert after != before and stamps.unstamped(after) == stamps.unstamped(before)
+    assert stamps.main(["--check"]) == 0
+    assert stamps.write() == []
