@@ -86,15 +86,22 @@ def _path_of(module: str) -> str | None:
     return None
 
 
-def _imports(tree: ast.Module) -> set[str]:
-    """The project files a module imports, at module level or inside a block or function."""
+def _imports(tree: ast.Module, path: str) -> set[str]:
+    """The project files the module at ``path`` imports, at module level or inside a block or
+    function, absolutely or relatively."""
     out = set()
+    package = path.split("/")[:-1]  # the module's package, as parts
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # `from .x import f`: from the module's package, `..` one up
+                base = package[: len(package) - (node.level - 1)]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module
             # `from compressors import compiled_dense` names a module; `from x import f`, a name
-            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            names = [module] + [f"{module}.{a.name}" for a in node.names]
         else:
             continue
         out.update(p for p in map(_path_of, names) if p is not None)
@@ -136,7 +143,7 @@ def kernel_modules(sources: Mapping[str, str]) -> dict[str, set[str]]:
         if any(name in text for name in _COMPILERS)
     }
     kernels = {path for path, tree in trees.items() if _defines_kernels(tree)}
-    direct = {path: _imports(trees[path]) & kernels for path in kernels}
+    direct = {path: _imports(trees[path], path) & kernels for path in kernels}
     closed = {}
     for path in kernels:
         seen, todo = set(), list(direct[path])

@@ -3,6 +3,7 @@ kernel compiles in, directly or through another module."""
 
 from __future__ import annotations
 
+import ast
 import shutil
 import subprocess
 import sys
@@ -139,3 +140,25 @@ def test_the_command_restamps_a_copy_after_a_change(tmp_path, monkeypatch, capsy
     assert after != before and stamps.unstamped(after) == stamps.unstamped(before)
     assert stamps.main(["--check"]) == 0
     assert stamps.write() == []
+
+
+def test_relative_imports_are_followed_as_absolute_ones():
+    sources = stamps._sources()
+    path = "compressors/compiled_thc.py"
+    text = sources[path]
+    for old, new in (
+        ("from compressors.compiled_fwht import", "from .compiled_fwht import"),
+        (
+            "from compressors import compiled_dense, compiled_fwht",
+            "from . import compiled_dense, compiled_fwht",
+        ),
+        ("from streams.compiled import", "from ..streams.compiled import"),
+    ):
+        assert old in text
+        text = text.replace(old, new)
+    direct = stamps._imports(ast.parse(text), path)
+    assert direct == stamps._imports(ast.parse(sources[path]), path)
+    assert "streams/compiled.py" in direct  # `..streams` from compressors/
+    relative = stamps.kernel_modules({**sources, path: text})[path]
+    assert relative == stamps.kernel_modules(sources)[path]
+    assert {"compressors/compiled_fwht.py", "streams/compiled.py"} <= relative
