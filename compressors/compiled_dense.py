@@ -35,6 +35,7 @@ __all__ = [
     "rows_or_zero",
     "scale_rows",
     "abs_signs",
+    "signs_rows",
 ]
 
 ENABLED = numba is not None
@@ -124,6 +125,15 @@ def abs_signs(x: torch.Tensor):
     neg = torch.empty(x.shape, dtype=torch.bool)
     launch(_abs_signs, x.numpy(), a.numpy(), neg.numpy())
     return a, neg
+
+
+def signs_rows(x: torch.Tensor):
+    """``x < 0`` and, per row, whether ``x`` holds a NaN or an infinity, in one pass."""
+    x = x.detach().contiguous()
+    neg = torch.empty(x.shape, dtype=torch.bool)
+    part = torch.empty(x.shape[0], _tasks(x.shape[1], CHUNK), dtype=torch.bool)
+    launch(_signs_rows, x.numpy(), neg.numpy(), part.numpy())
+    return neg, part.any(dim=1)
 
 
 def round_encode(x: torch.Tensor, h: float, keys, random: bool, escape: int):
@@ -333,6 +343,21 @@ if numba is not None:
                 v = xr[i]
                 ar[i] = abs(v)
                 nr[i] = v < 0
+
+    @_pjit
+    def _signs_rows(x, neg, part):
+        m, d = x.shape
+        tasks = part.shape[1]
+        for task in numba.prange(m * tasks):
+            r, c0, c1 = _span(task, tasks, d)
+            xr, nr = x[r, c0:c1], neg[r, c0:c1]
+            bad = False
+            for i in range(xr.size):
+                v = xr[i]
+                nr[i] = v < 0
+                w = v - v  # NaN for a NaN or an infinity, else 0
+                bad |= w != w
+            part[r, task % tasks] = bad
 
     @_pjit
     def _round(x, h, keys, random, escape, levels, esc, raw, summary):

@@ -22,7 +22,7 @@ in a row). ``M b^-q`` in decode takes ``b^-q`` from its exponent for ``b = 2^s``
 the table :func:`powers` that the torch form reads too.
 """
 
-# built against compressors/compiled_dense.py e0be726b02d09837
+# built against compressors/compiled_dense.py 14009f003dff5b5d
 # built against streams/compiled.py 9c636d5ac7a1d585
 
 from __future__ import annotations

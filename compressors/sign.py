@@ -7,7 +7,7 @@ from typing import ClassVar
 
 import torch
 
-from compressors import compiled_quant
+from compressors import compiled_dense, compiled_quant
 from compressors.base import Compressor, Packet
 from compressors.bitpack import BitReader, BitWriter
 from compressors.nonfinite import NONFINITE, mark_rows, nonfinite_rows
@@ -38,8 +38,12 @@ class Sign(Compressor):
         return d
 
     def _encode(self, x_i: torch.Tensor, rng: Streams) -> Packet:
-        fields = {"signs": x_i < 0}
-        bad = nonfinite_rows(x_i)
+        if compiled_dense.serves(x_i):  # the signs and the rows' finiteness in one pass
+            signs, bad = compiled_dense.signs_rows(x_i)
+            bad = bad if bool(bad.any()) else None
+        else:
+            signs, bad = x_i < 0, nonfinite_rows(x_i)
+        fields = {"signs": signs}
         if bad is not None:
             fields[NONFINITE] = bad  # does not travel: the 1-bit code has no symbol for it
         return self._packet(x_i, self.bits(x_i.shape[1]), {"signs"}, **fields)

@@ -26,6 +26,7 @@ from compressors.fosgd import FOSGD, _dither_streams, fwht, padded_dim
 from compressors.grid_round import GridRound
 from compressors.scaled_sign import ScaledSign
 from compressors.sidco import SIDCo
+from compressors.sign import Sign
 from compressors.threelc import ZERO_BYTE, ThreeLC
 from compressors.threshold import Threshold
 from streams import Streams, tags
@@ -400,6 +401,7 @@ def _special(m: int, d: int, dtype, seed: int) -> list[torch.Tensor]:
         Bernoulli(p=0.1),
         Bernoulli(p=1.0),
         ScaledSign(),
+        Sign(),
     ],
 )
 def test_same_as_torch_form(spec):
