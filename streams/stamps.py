@@ -46,6 +46,7 @@ __all__ = [
 ]
 
 ROOT = Path(__file__).resolve().parent.parent
+#: The project's packages (pyproject.toml's list; a test holds them equal).
 PACKAGES = (
     "algorithms",
     "benchmarks",
@@ -61,10 +62,6 @@ PACKAGES = (
 PREFIX = "# built against "
 # names whose use makes a module define compiled code
 _COMPILERS = {"njit", "jit", "intrinsic", "vectorize", "guvectorize", "overload", "cfunc"}
-
-
-def _tree(text: str) -> ast.Module:
-    return ast.parse(text)
 
 
 def _defines_kernels(tree: ast.Module) -> bool:
@@ -138,7 +135,7 @@ def kernel_modules(sources: Mapping[str, str]) -> dict[str, set[str]]:
     """Each kernel module and the kernel modules it is built against (imports, closed)."""
     # only a text naming a compiler can define kernels (parsing every module takes seconds)
     trees = {
-        path: _tree(text)
+        path: ast.parse(text)
         for path, text in sources.items()
         if any(name in text for name in _COMPILERS)
     }
@@ -166,7 +163,7 @@ def stamped(text: str, lines: list[str]) -> str:
     text = unstamped(text)
     if not lines:
         return text
-    body = _tree(text).body
+    body = ast.parse(text).body
     if not (
         body
         and isinstance(body[0], ast.Expr)
@@ -181,10 +178,19 @@ def stamped(text: str, lines: list[str]) -> str:
 
 def _expected(sources: Mapping[str, str]) -> dict[str, str]:
     """Each kernel module's text with current stamps."""
-    return {
-        path: stamped(sources[path], stamps(deps, sources))
-        for path, deps in kernel_modules(sources).items()
-    }
+    modules = kernel_modules(sources)
+    out = {}
+    for path in sorted(modules):  # each module's own stamps first, so an error names its file
+        try:
+            unstamped(sources[path])
+        except ValueError as e:
+            raise ValueError(f"{path}: {e}") from None
+    for path, deps in modules.items():
+        try:
+            out[path] = stamped(sources[path], stamps(deps, sources))
+        except ValueError as e:
+            raise ValueError(f"{path}: {e}") from None
+    return out
 
 
 def stamp_as(path: str, text: str) -> str:
@@ -218,13 +224,17 @@ def main(argv: list[str] | None = None) -> int:
         "--check", action="store_true", help="list the stale modules and exit 1; write nothing"
     )
     args = parser.parse_args(argv)
-    if args.check:
-        late = stale()
-        for path in late:
-            print(f"stale: {path} (run python -m streams.stamps)", file=sys.stderr)
-        return 1 if late else 0
-    for path in write():
-        print(f"stamped {path}", file=sys.stderr)
+    try:
+        if args.check:
+            late = stale()
+            for path in late:
+                print(f"stale: {path} (run python -m streams.stamps)", file=sys.stderr)
+            return 1 if late else 0
+        for path in write():
+            print(f"stamped {path}", file=sys.stderr)
+    except ValueError as e:  # a module's stamp lines edited out of shape, or no docstring
+        print(f"python -m streams.stamps: {e}", file=sys.stderr)
+        return 2
     return 0
 
 

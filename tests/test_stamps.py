@@ -162,3 +162,28 @@ def test_relative_imports_are_followed_as_absolute_ones():
     relative = stamps.kernel_modules({**sources, path: text})[path]
     assert relative == stamps.kernel_modules(sources)[path]
     assert {"compressors/compiled_fwht.py", "streams/compiled.py"} <= relative
+
+
+def test_the_packages_are_pyprojects():
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11 on
+
+    found = tomllib.loads((stamps.ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    include = found["packages"]["find"]["include"]
+    assert sorted(p.rstrip("*") for p in include) == sorted(stamps.PACKAGES)
+
+
+def test_stamp_lines_out_of_shape_exit_2_naming_the_file(tmp_path, monkeypatch, capsys):
+    for pkg in stamps.PACKAGES:
+        shutil.copytree(
+            stamps.ROOT / pkg, tmp_path / pkg, ignore=shutil.ignore_patterns("__pycache__")
+        )
+    monkeypatch.setattr(stamps, "ROOT", tmp_path)
+    thc = tmp_path / "compressors" / "compiled_thc.py"
+    lines = thc.read_text().split("\n")
+    at = next(i for i, line in enumerate(lines) if line.startswith(stamps.PREFIX))
+    lines.insert(at + 1, "# an edit in the block")
+    thc.write_text("\n".join(lines))
+    for argv in (["--check"], []):
+        assert stamps.main(argv) == 2
+        err = capsys.readouterr().err
+        assert "compressors/compiled_thc.py: stamp lines must form one block" in err, err
