@@ -41,17 +41,18 @@ def usable(x: torch.Tensor) -> bool:
     return ok and x.numel() > 0
 
 
-def encode(x: torch.Tensor, norm: torch.Tensor, s: float, keys: torch.Tensor):
-    """``(levels int32, signs bool, count int64 (m,), gamma int64 (m,), notes)``: the levels
+def encode(x: torch.Tensor, norm: torch.Tensor, s: float, keys: torch.Tensor, dtype=torch.int32):
+    """``(levels, signs bool, count int64 (m,), gamma int64 (m,), notes)``: the levels
     ``l_j`` (the stochastic rounding of ``min(s |x_j| / norm, s)``; 0 in rows whose norm is not
-    finite and positive), the signs of the non-zeros, each row's count of non-zeros and sum of
+    finite and positive) as ``dtype`` (int32, or uint8 where ``ceil(s) <= 255``: ``l_j <=
+    ceil(s)``), the signs of the non-zeros, each row's count of non-zeros and sum of
     ``floor(log2 l_j)`` over them, and what :func:`quotient_bits` needs."""
     x = x.detach().contiguous()
     m, d = x.shape
     _, _, _, ushift, ubits = _FORMAT[x.dtype]
     kind = x.numpy().dtype.type
     tasks = -(-d // CHUNK)
-    levels = torch.empty(x.shape, dtype=torch.int32)
+    levels = torch.empty(x.shape, dtype=dtype)
     signs = torch.empty(x.shape, dtype=torch.bool)
     count = np.empty(m * tasks, dtype=np.int64)
     gamma = np.empty(m * tasks, dtype=np.int64)

@@ -163,6 +163,11 @@ class SparseDithering(Compressor):
     def expected_bits(self, d: int) -> float | None:
         return None  # the size depends on the input
 
+    def _level_dtype(self) -> torch.dtype:
+        """The levels' field: ``l_j <= ceil(s)``, so one byte each where that is below 256 (a
+        quarter of the memory an int32 field writes and reads)."""
+        return torch.uint8 if math.ceil(self.s) <= 255 else torch.int32
+
     def _width(self, d: int) -> int:
         return ceil_log2(d).bit_length()
 
@@ -201,14 +206,16 @@ class SparseDithering(Compressor):
             norm=norm,
             rice=k,
             signs=signs,
-            levels=level.to(torch.int32),
+            levels=level.to(self._level_dtype()),
         )
 
     def _encode_compiled(self, x_i: torch.Tensor, x: torch.Tensor, rng: Streams) -> Packet:
         """:meth:`_encode` by :mod:`compressors.compiled_dithering`: the same packet."""
         d = x.shape[1]
         norm = safe_norm(x, None, x_i.dtype)
-        level, signs, n, gamma, notes = compiled.encode(x, norm, self.s, rng.keys)
+        level, signs, n, gamma, notes = compiled.encode(
+            x, norm, self.s, rng.keys, self._level_dtype()
+        )
         k = rice_parameter(n, d)
         # per non-zero: the quotient, its closing one, k low bits, the sign, 2 gamma + 1
         payload = compiled.quotient_bits(level, k, notes) + n * (k + 3) + 2 * gamma
@@ -225,7 +232,7 @@ class SparseDithering(Compressor):
     def _decode(self, packet: Packet) -> torch.Tensor:
         f = packet.fields
         big = torch.finfo(packet.dtype).max
-        if compiled.usable(f["norm"][:, None]) and f["levels"].dtype == torch.int32:
+        if compiled.usable(f["norm"][:, None]) and f["levels"].dtype in (torch.uint8, torch.int32):
             return compiled.decode(f["norm"], f["levels"], f["signs"], self.s, big)
         mag = f["norm"][:, None] * (f["levels"].to(f["norm"].dtype) / self.s)
         return torch.where(f["signs"], -mag, mag).clamp(-big, big)  # NaN rows stay NaN

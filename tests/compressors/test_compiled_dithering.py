@@ -81,3 +81,24 @@ def test_compiled_sparse_dithering_wire_form_is_unchanged():
     with _torch_form():
         want = C.to_bytes(C.encode(x, rng))
     assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
+
+
+@pytest.mark.parametrize(
+    "s, dtype", [(1.0, torch.uint8), (255, torch.uint8), (256, torch.int32), (300, torch.int32)]
+)
+def test_levels_take_one_byte_up_to_s_255(s, dtype):
+    """``l_j <= ceil(s)``: a byte each while that is at most 255, int32 above; a row of one
+    non-zero entry reaches the top level, ``s`` itself."""
+    C = parse_spec(f"sparse-dithering:s={s}")
+    x = _input(2, 5000, 0, torch.float32, torch.Generator().manual_seed(5))
+    x[1] = 0.0
+    x[1, 7] = -3.0
+    rng = Streams.for_nodes(4, [0, 1])
+    got, _ = check_against_torch_form(compiled_dithering, C, x, rng, cross=True, wire=True)
+    levels = got.fields["levels"]
+    assert levels.dtype == dtype
+    assert int(levels[1, 7]) == s == int(levels.max()) and bool(got.fields["signs"][1, 7])
+    if s == 255:  # just above: ceil(255.5) = 256 needs int32
+        x = _input(1, 100, 0, torch.float32, torch.Generator().manual_seed(6))
+        p = parse_spec("sparse-dithering:s=255.5").encode(x, Streams.for_nodes(0, [0]))
+        assert p.fields["levels"].dtype == torch.int32
