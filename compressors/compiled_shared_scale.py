@@ -72,13 +72,14 @@ def resolution(x: torch.Tensor, scale: torch.Tensor, levels: tuple[int, ...]) ->
     return res
 
 
-def quantize(x, scale, res, levels: tuple[int, ...], keys: torch.Tensor):
-    """``(signed levels int32 (m, d), res uint8 (m, d))``: the stochastic rounding of
-    ``(|x_j| / B) s_{k_j}`` (clamped at ``s_1``), signed as ``x_j``; level 0 in rows whose
-    ``B`` is not finite. ``res`` is the choice of scale, or None: chosen here (and returned)."""
+def quantize(x, scale, res, levels: tuple[int, ...], keys: torch.Tensor, dtype=torch.int32):
+    """``(signed levels (m, d) of dtype, res uint8 (m, d))``: the stochastic rounding of
+    ``(|x_j| / B) s_{k_j}`` (clamped at ``s_1``, which ``dtype`` holds), signed as ``x_j``;
+    level 0 in rows whose ``B`` is not finite. ``res`` is the choice of scale, or None: chosen
+    here (and returned)."""
     x = x.detach().contiguous()
     _, _, _, ushift, ubits = _FORMAT[x.dtype]
-    out = torch.empty(x.shape, dtype=torch.int32)
+    out = torch.empty(x.shape, dtype=dtype)
     choose = res is None
     res = torch.empty(x.shape, dtype=torch.uint8) if choose else res.contiguous()
     sk = _padded(levels, x.dtype)

@@ -95,6 +95,10 @@ def _msq_pieces(widths: tuple[int, ...]) -> tuple[tuple[float, float, float, flo
     return tuple(out)
 
 
+#: The signed levels' field, narrowest first (:meth:`_SharedScaleQuantizer._level_dtype`).
+_LEVEL_DTYPES = (torch.int8, torch.int16, torch.int32)
+
+
 @dataclass(frozen=True)
 class _SharedScaleQuantizer(Compressor):
     """Shared machinery of SSQ and MSQ: stochastic rounding of ``|x_j| / B`` to the levels of
@@ -213,7 +217,9 @@ class _SharedScaleQuantizer(Compressor):
         made with the levels by the kernel)."""
         m, d = x.shape
         if compiled.usable(x) and (res is None or int(res.max()) < len(self.levels)):
-            signed, res = compiled.quantize(x, scale, res, self.levels, rng.keys)
+            signed, res = compiled.quantize(
+                x, scale, res, self.levels, rng.keys, self._level_dtype()
+            )
             return self._packet(
                 x_i, self.bits(d), {"scale", "levels", "res"}, scale=scale, levels=signed, res=res
             )
@@ -225,10 +231,15 @@ class _SharedScaleQuantizer(Compressor):
         low = y.floor()
         level = low + (rng.uniform(d, dtype=x.dtype) < y - low).to(x.dtype)
         level = torch.where(torch.isfinite(scale)[:, None], level, 0.0)
-        signed = torch.where(x < 0, -level, level).to(torch.int32)
+        signed = torch.where(x < 0, -level, level).to(self._level_dtype())
         return self._packet(
             x_i, self.bits(d), {"scale", "levels", "res"}, scale=scale, levels=signed, res=res
         )
+
+    def _level_dtype(self) -> torch.dtype:
+        """The signed levels' field: the narrowest of int8, int16 and int32 that holds
+        ``+-s_1`` (SSQ's default ``s = 15``: int8, a quarter of the bytes of int32)."""
+        return next(t for t in _LEVEL_DTYPES if self.levels[0] <= torch.iinfo(t).max)
 
     def _steps(self, dtype: torch.dtype, device) -> torch.Tensor:
         """``1 / s_k`` of each scale ``k``."""
@@ -242,7 +253,7 @@ class _SharedScaleQuantizer(Compressor):
     def _decode(self, packet: Packet) -> torch.Tensor:
         f = packet.fields
         scale = f["scale"]
-        if compiled.usable(scale[:, None]) and f["levels"].dtype == torch.int32:
+        if compiled.usable(scale[:, None]) and f["levels"].dtype in _LEVEL_DTYPES:
             steps = self._steps(scale.dtype, scale.device)
             return compiled.decode(scale, f["levels"], f["res"].to(torch.uint8), steps)
         return scale[:, None] * (f["levels"].to(scale.dtype) * self._step(f["res"], scale.dtype))
@@ -288,7 +299,7 @@ class _SharedScaleQuantizer(Compressor):
         level = code >> 1
         if rd.r and int(level.max()) > self.levels[0]:
             raise ValueError(f"a level exceeds s_1={self.levels[0]}: corrupt data")
-        signed = torch.where((code & 1).bool(), -level, level).to(torch.int32)
+        signed = torch.where((code & 1).bool(), -level, level).to(self._level_dtype())
         return self._rebuilt(like, rd.r, self.bits(d), scale=scale, levels=signed, res=res)
 
 

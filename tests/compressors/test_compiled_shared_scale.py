@@ -106,3 +106,33 @@ def test_compiled_max_abs_equals_amax():
             x = _input(4, 70000, kind, dtype, gen)
             x[1, 5] = -math.nan if kind == 2 else x[1, 5]
             assert same(compiled_shared_scale.max_abs(x), x.abs().amax(dim=1))
+
+
+@pytest.mark.parametrize(
+    "spec, dtype",
+    [
+        ("ssq:width=7", torch.int8),
+        ("ssq:width=8", torch.int16),
+        ("ssq:width=15", torch.int16),
+        ("ssq:width=16", torch.int32),
+        ("msq", torch.int8),
+        ("msq:widths=9/16", torch.int16),
+    ],
+)
+def test_signed_levels_take_the_narrowest_integer_holding_s_1(spec, dtype):
+    """A row of one non-zero entry (negative) reaches the top level ``-s_1``; the packet, its
+    decode and its wire form equal the torch form's."""
+    C = parse_spec(spec)
+    x = _input(2, 3000, 0, torch.float32, torch.Generator().manual_seed(8))
+    x[1] = 0.0
+    x[1, 11] = -2.5
+    rng = Streams.for_nodes(3, [0, 1])
+    got, _ = check_against_torch_form(compiled_shared_scale, C, x, rng, cross=True, wire=True)
+    levels = got.fields["levels"]
+    assert levels.dtype == dtype
+    s1 = C.levels[0]
+    assert int(levels[1, 11]) == -s1 == int(levels.min())
+    narrower = [
+        t for t in (torch.int8, torch.int16) if torch.iinfo(t).bits < torch.iinfo(dtype).bits
+    ]
+    assert all(s1 > torch.iinfo(t).max for t in narrower)  # the narrowest that holds it
