@@ -10,6 +10,8 @@ from types import ModuleType
 
 import torch
 
+from streams import Streams
+
 
 @contextlib.contextmanager
 def torch_form(kernels: ModuleType) -> Iterator[None]:
@@ -100,3 +102,17 @@ def check_against_torch_form(
         back = C.from_bytes(data, nbytes, like=got, nodes=torch.arange(x.shape[0]))
         assert same(C.decode(back), want_dec)
     return got, want
+
+
+def spike_case(kernels: ModuleType, C, d: int, col: int, seed: int):
+    """Two rows of ``d`` entries, the first varied and the second zero but for ``-3`` at
+    ``col`` (its whole norm: the top level), encoded by ``kernels`` and checked against the
+    torch form, crossed and through the wire (:func:`check_against_torch_form`); the kernels'
+    packet."""
+    x = varied_input(2, d, 0, torch.float32, torch.Generator().manual_seed(seed))
+    x[1] = 0.0
+    x[1, col] = -3.0
+    got, _ = check_against_torch_form(
+        kernels, C, x, Streams.for_nodes(seed, [0, 1]), cross=True, wire=True
+    )
+    return got

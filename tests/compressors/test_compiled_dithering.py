@@ -15,6 +15,7 @@ from compressors.compiled_quant import CHUNK
 from streams import Streams
 from tests.compressors.compiled_cases import (
     check_against_torch_form,
+    spike_case,
     torch_form,
     varied_input,
 )
@@ -89,12 +90,7 @@ def test_compiled_sparse_dithering_wire_form_is_unchanged():
 def test_levels_take_one_byte_up_to_s_255(s, dtype):
     """``l_j <= ceil(s)``: a byte each while that is at most 255, int32 above; a row of one
     non-zero entry reaches the top level, ``s`` itself."""
-    C = parse_spec(f"sparse-dithering:s={s}")
-    x = _input(2, 5000, 0, torch.float32, torch.Generator().manual_seed(5))
-    x[1] = 0.0
-    x[1, 7] = -3.0
-    rng = Streams.for_nodes(4, [0, 1])
-    got, _ = check_against_torch_form(compiled_dithering, C, x, rng, cross=True, wire=True)
+    got = spike_case(compiled_dithering, parse_spec(f"sparse-dithering:s={s}"), 5000, 7, 5)
     levels = got.fields["levels"]
     assert levels.dtype == dtype
     assert int(levels[1, 7]) == s == int(levels.max()) and bool(got.fields["signs"][1, 7])

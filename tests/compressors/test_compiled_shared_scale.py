@@ -16,6 +16,7 @@ from streams import Streams
 from tests.compressors.compiled_cases import (
     check_against_torch_form,
     same,
+    spike_case,
     torch_form,
     varied_input,
 )
@@ -123,11 +124,7 @@ def test_signed_levels_take_the_narrowest_integer_holding_s_1(spec, dtype):
     """A row of one non-zero entry (negative) reaches the top level ``-s_1``; the packet, its
     decode and its wire form equal the torch form's."""
     C = parse_spec(spec)
-    x = _input(2, 3000, 0, torch.float32, torch.Generator().manual_seed(8))
-    x[1] = 0.0
-    x[1, 11] = -2.5
-    rng = Streams.for_nodes(3, [0, 1])
-    got, _ = check_against_torch_form(compiled_shared_scale, C, x, rng, cross=True, wire=True)
+    got = spike_case(compiled_shared_scale, C, 3000, 11, 8)
     levels = got.fields["levels"]
     assert levels.dtype == dtype
     s1 = C.levels[0]
