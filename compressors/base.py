@@ -20,7 +20,15 @@ from compressors import compiled, timing
 from compressors.bitpack import BitReader, BitWriter
 from streams import Streams
 
-__all__ = ["Compressor", "Packet", "ceil_log2", "resolve_k", "work_dtype", "RngLike"]
+__all__ = [
+    "Compressor",
+    "Packet",
+    "ceil_log2",
+    "level_dtype",
+    "resolve_k",
+    "work_dtype",
+    "RngLike",
+]
 
 RngLike = Streams | torch.Generator | list | tuple | int
 
@@ -28,6 +36,22 @@ RngLike = Streams | torch.Generator | list | tuple | int
 def ceil_log2(d: int) -> int:
     """Bits of one index into ``range(d)``: ``ceil(log2 d)`` (0 for ``d == 1``)."""
     return (int(d) - 1).bit_length()
+
+
+#: Integer fields of levels or indices, narrowest first (:func:`level_dtype`).
+UNSIGNED_LEVELS = (torch.uint8, torch.int32)
+SIGNED_LEVELS = (torch.int8, torch.int16, torch.int32)
+
+
+def level_dtype(top: int, signed: bool = False) -> torch.dtype:
+    """The narrowest integer dtype of a payload field whose entries lie in ``[0, top]``
+    (uint8, else int32) or, ``signed``, in ``[-top, top]`` (int8, int16, else int32): a level
+    or an index costs memory traffic in encode and decode by its width, not by its bits on the
+    wire, which are counted from its value."""
+    for t in SIGNED_LEVELS if signed else UNSIGNED_LEVELS:
+        if top <= torch.iinfo(t).max:
+            return t
+    raise ValueError(f"levels up to {top} exceed int32")
 
 
 def work_dtype(dtype: torch.dtype) -> torch.dtype:

@@ -9,7 +9,7 @@ from typing import ClassVar
 import torch
 
 from compressors import compiled_quant, compiled_shared_scale
-from compressors.base import Compressor, Packet, check_float_bits, work_dtype
+from compressors.base import Compressor, Packet, check_float_bits, level_dtype, work_dtype
 from compressors.bitpack import BitReader, BitWriter, read_elias_levels, write_elias_levels
 from compressors.nonfinite import safe_norm
 from streams import Streams
@@ -116,7 +116,7 @@ class _Dithering(Compressor):
             norm = _max_abs(x) if a is None else a.amax(dim=1)
         else:
             norm = safe_norm(x, a, x_i.dtype)
-        small = torch.uint8 if self.s < 256 else torch.int32
+        small = level_dtype(self.s)
         if kernel:  # the same levels in one pass
             signs, small_level = compiled_quant.dither_encode(
                 x, norm, rng.keys, grid, self.s, small

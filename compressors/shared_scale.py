@@ -17,7 +17,15 @@ from typing import ClassVar
 import torch
 
 from compressors import compiled_shared_scale as compiled
-from compressors.base import Compressor, Packet, ceil_log2, check_float_bits, work_dtype
+from compressors.base import (
+    SIGNED_LEVELS,
+    Compressor,
+    Packet,
+    ceil_log2,
+    check_float_bits,
+    level_dtype,
+    work_dtype,
+)
 from compressors.bitpack import BitReader, BitWriter
 from streams import Streams
 
@@ -93,10 +101,6 @@ def _msq_pieces(widths: tuple[int, ...]) -> tuple[tuple[float, float, float, flo
             if b > a:
                 out.append((a, b, lv / sk, (lv + 1) / sk))
     return tuple(out)
-
-
-#: The signed levels' field, narrowest first (:meth:`_SharedScaleQuantizer._level_dtype`).
-_LEVEL_DTYPES = (torch.int8, torch.int16, torch.int32)
 
 
 @dataclass(frozen=True)
@@ -237,9 +241,9 @@ class _SharedScaleQuantizer(Compressor):
         )
 
     def _level_dtype(self) -> torch.dtype:
-        """The signed levels' field: the narrowest of int8, int16 and int32 that holds
-        ``+-s_1`` (SSQ's default ``s = 15``: int8, a quarter of the bytes of int32)."""
-        return next(t for t in _LEVEL_DTYPES if self.levels[0] <= torch.iinfo(t).max)
+        """The signed levels' field: the narrowest holding ``+-s_1`` (SSQ's default ``s = 15``:
+        int8, a quarter of the bytes of int32)."""
+        return level_dtype(self.levels[0], signed=True)
 
     def _steps(self, dtype: torch.dtype, device) -> torch.Tensor:
         """``1 / s_k`` of each scale ``k``."""
@@ -253,7 +257,7 @@ class _SharedScaleQuantizer(Compressor):
     def _decode(self, packet: Packet) -> torch.Tensor:
         f = packet.fields
         scale = f["scale"]
-        if compiled.usable(scale[:, None]) and f["levels"].dtype in _LEVEL_DTYPES:
+        if compiled.usable(scale[:, None]) and f["levels"].dtype in SIGNED_LEVELS:
             steps = self._steps(scale.dtype, scale.device)
             return compiled.decode(scale, f["levels"], f["res"].to(torch.uint8), steps)
         return scale[:, None] * (f["levels"].to(scale.dtype) * self._step(f["res"], scale.dtype))

@@ -34,7 +34,15 @@ from typing import ClassVar
 import torch
 
 from compressors import compiled_dithering as compiled
-from compressors.base import Compressor, Packet, ceil_log2, check_float_bits, work_dtype
+from compressors.base import (
+    UNSIGNED_LEVELS,
+    Compressor,
+    Packet,
+    ceil_log2,
+    check_float_bits,
+    level_dtype,
+    work_dtype,
+)
 from compressors.bitpack import (
     BitReader,
     BitWriter,
@@ -166,7 +174,7 @@ class SparseDithering(Compressor):
     def _level_dtype(self) -> torch.dtype:
         """The levels' field: ``l_j <= ceil(s)``, so one byte each where that is below 256 (a
         quarter of the memory an int32 field writes and reads)."""
-        return torch.uint8 if math.ceil(self.s) <= 255 else torch.int32
+        return level_dtype(math.ceil(self.s))
 
     def _width(self, d: int) -> int:
         return ceil_log2(d).bit_length()
@@ -232,7 +240,7 @@ class SparseDithering(Compressor):
     def _decode(self, packet: Packet) -> torch.Tensor:
         f = packet.fields
         big = torch.finfo(packet.dtype).max
-        if compiled.usable(f["norm"][:, None]) and f["levels"].dtype in (torch.uint8, torch.int32):
+        if compiled.usable(f["norm"][:, None]) and f["levels"].dtype in UNSIGNED_LEVELS:
             return compiled.decode(f["norm"], f["levels"], f["signs"], self.s, big)
         mag = f["norm"][:, None] * (f["levels"].to(f["norm"].dtype) / self.s)
         return torch.where(f["signs"], -mag, mag).clamp(-big, big)  # NaN rows stay NaN

@@ -11,7 +11,7 @@ from typing import ClassVar
 import torch
 
 from compressors import compiled_dense, compiled_thc
-from compressors.base import Compressor, Packet, check_float_bits, work_dtype
+from compressors.base import Compressor, Packet, check_float_bits, level_dtype, work_dtype
 from compressors.bitpack import BitReader, BitWriter
 from compressors.fosgd import irwht, padded_dim, rwht
 from compressors.shared_scale import sup_ratio
@@ -201,7 +201,7 @@ class THC(Compressor):
         t = torch.tensor(table, dtype=y.dtype, device=y.device)
         # shared keys, distinct nodes: each node's rounding stream is split off by its id
         dither = rng.split(tags.THC_DITHER).split(rng.nodes)
-        index_dtype = torch.uint8 if self.width <= 8 else torch.int32
+        index_dtype = level_dtype((1 << self.width) - 1)
         if fast:
             den = torch.where(lam > 0, lam, 1.0)
             uniform = self.table == "uniform"
