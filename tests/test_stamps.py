@@ -14,6 +14,17 @@ import pytest
 from streams import stamps
 
 
+@pytest.fixture
+def copied(tmp_path, monkeypatch):
+    """A copy of the project's packages, which :mod:`streams.stamps` reads and writes here."""
+    for pkg in stamps.PACKAGES:
+        shutil.copytree(
+            stamps.ROOT / pkg, tmp_path / pkg, ignore=shutil.ignore_patterns("__pycache__")
+        )
+    monkeypatch.setattr(stamps, "ROOT", tmp_path)
+    return tmp_path
+
+
 def test_every_kernel_module_is_stamped_with_what_it_is_built_against():
     assert stamps.stale() == [], "kernel modules are stale: run python -m streams.stamps"
 
@@ -119,12 +130,8 @@ def test_numba_serves_a_stale_kernel_until_its_own_file_changes(tmp_path):
     assert run() == 2
 
 
-def test_the_command_restamps_a_copy_after_a_change(tmp_path, monkeypatch, capsys):
-    for pkg in stamps.PACKAGES:
-        shutil.copytree(
-            stamps.ROOT / pkg, tmp_path / pkg, ignore=shutil.ignore_patterns("__pycache__")
-        )
-    monkeypatch.setattr(stamps, "ROOT", tmp_path)
+def test_the_command_restamps_a_copy_after_a_change(copied, capsys):
+    tmp_path = copied
     assert stamps.main(["--check"]) == 0
     helper = tmp_path / "streams" / "compiled.py"
     helper.write_text(helper.read_text() + "\n# a change\n")
@@ -172,12 +179,8 @@ def test_the_packages_are_pyprojects():
     assert sorted(p.rstrip("*") for p in include) == sorted(stamps.PACKAGES)
 
 
-def test_stamp_lines_out_of_shape_exit_2_naming_the_file(tmp_path, monkeypatch, capsys):
-    for pkg in stamps.PACKAGES:
-        shutil.copytree(
-            stamps.ROOT / pkg, tmp_path / pkg, ignore=shutil.ignore_patterns("__pycache__")
-        )
-    monkeypatch.setattr(stamps, "ROOT", tmp_path)
+def test_stamp_lines_out_of_shape_exit_2_naming_the_file(copied, capsys):
+    tmp_path = copied
     thc = tmp_path / "compressors" / "compiled_thc.py"
     lines = thc.read_text().split("\n")
     at = next(i for i, line in enumerate(lines) if line.startswith(stamps.PREFIX))
