@@ -37,6 +37,89 @@ def test_compiled_top_k_equals_the_torch_form(m, d, frac, levels, seed, dtype):
     assert torch.equal(values, torch.gather(x, 1, want))
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    m=st.integers(1, 4),
+    d=st.integers(64, 3000),
+    k=st.integers(2, compiled.HEAP_MAX_K),
+    kind=st.sampled_from(["normal", "ties", "ascending", "descending", "special"]),
+    seed=st.integers(0, 2**31 - 1),
+    dtype=st.sampled_from([torch.float64, torch.float32]),
+)
+def test_the_heap_threshold_selects_what_the_torch_form_selects(m, d, k, kind, seed, dtype):
+    """A small ``k`` of a long row takes the heap for its threshold (:func:`heap_serves`): the
+    same entries in the same order as the torch form, with ties at the threshold (few distinct
+    values), rows sorted by magnitude either way (the heap's worst and best cases), and NaN,
+    infinities and signed zeros (NaN ranked above everything)."""
+    k = min(k, d // compiled.HEAP_RATIO)
+    assert compiled.heap_serves(k, d)
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(m, d, generator=gen, dtype=torch.float64)
+    if kind == "ties":
+        x = torch.randint(-3, 4, (m, d), generator=gen).to(torch.float64)
+    elif kind in ("ascending", "descending"):
+        x = x.abs().sort(dim=1, descending=kind == "descending").values
+        x = x * torch.where(torch.rand(m, d, generator=gen) < 0.5, -1.0, 1.0)
+    elif kind == "special":
+        table = torch.tensor([float("nan"), float("inf"), float("-inf"), -0.0, 0.0])
+        picks = table[torch.randint(0, 5, (m, d), generator=gen)].to(torch.float64)
+        x = torch.where(torch.rand(m, d, generator=gen) < 3 / d, picks, x)
+    x = x.to(dtype)
+    idx, values = compiled.top_k(x, k)
+    want = top_k_indices(x.abs(), k)
+    assert torch.equal(idx, want)
+    assert torch.equal(values.view(torch.uint8), torch.gather(x, 1, want).view(torch.uint8))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    m=st.integers(1, 3),
+    d=st.integers(4096, 20000),
+    frac=st.sampled_from([0.0, 0.001, 0.01, 0.1, 0.5, 0.97]),
+    kind=st.sampled_from(["normal", "ties", "ascending", "zeros", "special", "decoy"]),
+    seed=st.integers(0, 2**31 - 1),
+    dtype=st.sampled_from([torch.float64, torch.float32]),
+)
+def test_rows_selected_through_a_sample_equal_the_torch_form(m, d, frac, kind, seed, dtype):
+    """Long rows where the heap does not serve bound the threshold from a sample and select
+    from the entries above the bound: the same entries in the same order as the torch form.
+    Ties at the bound and the threshold (few distinct values; an all-zero row, where every
+    entry is at the bound and the gather overflows its room), rows sorted by magnitude, NaN and
+    infinities, and a decoy row whose sampled entries (every ``d // s``-th) are its largest, so
+    that the bound misses and the row takes the quickselect."""
+    k = max(compiled.HEAP_MAX_K + 1, round(frac * d))
+    assert not compiled.heap_serves(k, d) and d >= compiled.SAMPLE_FROM
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(m, d, generator=gen, dtype=torch.float64)
+    if kind == "ties":
+        x = torch.randint(-3, 4, (m, d), generator=gen).to(torch.float64)
+    elif kind == "ascending":
+        x = x.abs().sort(dim=1).values * torch.where(torch.rand(m, d, generator=gen) < 0.5, -1, 1)
+    elif kind == "zeros":
+        x = torch.zeros(m, d, dtype=torch.float64)
+    elif kind == "special":
+        table = torch.tensor([float("nan"), float("inf"), float("-inf"), -0.0, 0.0])
+        picks = table[torch.randint(0, 5, (m, d), generator=gen)].to(torch.float64)
+        x = torch.where(torch.rand(m, d, generator=gen) < 0.01, picks, x)
+    elif kind == "decoy":
+        stride = d // min(compiled.SAMPLE_SIZE, d // 8)
+        x[:, ::stride] = 100.0 + x[:, ::stride].abs()
+    x = x.to(dtype)
+    idx, values = compiled.top_k(x, k)
+    want = top_k_indices(x.abs(), k)
+    assert torch.equal(idx, want)
+    assert torch.equal(values.view(torch.uint8), torch.gather(x, 1, want).view(torch.uint8))
+
+
+def test_the_heap_serves_small_k_of_long_rows_only():
+    """The bounds of :func:`heap_serves`: ``2 <= k <= HEAP_MAX_K`` and ``k HEAP_RATIO <= d``
+    (Top-1 has its own scan; larger ``k`` take the quickselect)."""
+    K, R = compiled.HEAP_MAX_K, compiled.HEAP_RATIO
+    assert compiled.heap_serves(2, 2 * R) and not compiled.heap_serves(2, 2 * R - 1)
+    assert compiled.heap_serves(K, K * R) and not compiled.heap_serves(K + 1, 10 * K * R)
+    assert not compiled.heap_serves(1, 1000)
+
+
 @pytest.mark.parametrize("k", [1, 7])
 def test_the_parallel_kernel_and_its_serial_twin_agree(k):
     """Blocks of fewer than ``SERIAL_BELOW`` entries take the one-thread twin, larger ones the
