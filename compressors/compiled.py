@@ -24,7 +24,7 @@ kernel than a decode's separate torch calls (EF21 + Top-1 on 20 x 112 rows: its 
 gradient 89.7 -> 75.6 us; DIANA and DASHA + Rand-10 about 15 us less).
 """
 
-# built against streams/compiled.py 9c636d5ac7a1d585
+# built against streams/compiled.py 079ca1b9a3da58b4
 
 from __future__ import annotations
 
@@ -126,6 +126,8 @@ def scatter_sum(
 
 
 if numba is not None:
+    from streams.compiled import _kth_largest
+
     _jit = numba.njit(cache=True, nogil=True)
 
     @_jit
@@ -156,37 +158,6 @@ if numba is not None:
                 if math.isfinite(v) and not math.isfinite(y):
                     y = big if y > 0 else -big
                 r[idx[i, c]] = y
-
-    @_jit
-    def _kth_largest(a, k):
-        """The ``k``-th largest entry of ``a`` (which is reordered): quickselect."""
-        lo, hi, target = 0, a.size - 1, a.size - k
-        while lo < hi:
-            mid = (lo + hi) // 2  # median of three as the pivot
-            if a[mid] < a[lo]:
-                a[mid], a[lo] = a[lo], a[mid]
-            if a[hi] < a[lo]:
-                a[hi], a[lo] = a[lo], a[hi]
-            if a[hi] < a[mid]:
-                a[hi], a[mid] = a[mid], a[hi]
-            pivot = a[mid]
-            i, j = lo, hi
-            while i <= j:
-                while a[i] < pivot:
-                    i += 1
-                while a[j] > pivot:
-                    j -= 1
-                if i <= j:
-                    a[i], a[j] = a[j], a[i]
-                    i += 1
-                    j -= 1
-            if target <= j:
-                hi = j
-            elif target >= i:
-                lo = i
-            else:
-                break
-        return a[target]
 
     @_jit
     def _magnitude(v):

@@ -21,7 +21,7 @@ Numba is optional at import: :func:`available` is False without it, and the GLM 
 torch path (also its path on CUDA and for other dtypes).
 """
 
-# built against streams/compiled.py 9c636d5ac7a1d585
+# built against streams/compiled.py 079ca1b9a3da58b4
 
 from __future__ import annotations
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given
@@ -121,6 +122,41 @@ def testcompiled_draws_equal_the_torch_form(dtype, monkeypatch):
     for got, (d, k) in zip(fast_sets, shapes, strict=True):
         assert torch.equal(got, s.subset(d, k))
     assert torch.equal(fast_many, many.subset(112, 10))
+
+
+def test_long_subsets_through_the_cut_equal_the_torch_form(monkeypatch):
+    """Rows longer than the in-memory cut's, with ``k >= 64`` and ``k 1000 >= d``, draw their
+    subset through a cut made a block at a time (:func:`streams.compiled._subset_long_row`):
+    the positions of the ``k`` largest words, ascending, as the torch form draws them; rows
+    outside those bounds (``k`` near ``d``, a small ``k`` of a long row) take the heap."""
+    from streams import compiled
+
+    if not compiled.ENABLED:
+        pytest.skip("numba is not installed")
+    s = Streams.for_nodes(7, range(5), 2)
+    shapes = ((5000, 64), (4097, 100), (20000, 2000), (100000, 100), (9000, 8990), (50000, 63))
+    fast = [s.subset(d, k) for d, k in shapes]
+    monkeypatch.setattr(compiled, "ENABLED", False)
+    for got, (d, k) in zip(fast, shapes, strict=True):
+        assert torch.equal(got, s.subset(d, k))
+
+
+def test_a_long_cut_that_misses_leaves_the_row_to_the_heap():
+    """The long cut reports a miss, writing nothing, when fewer than ``k`` words pass it or more
+    than its room; where it does not miss it writes the heap's subset."""
+    from streams import compiled
+
+    if not compiled.ENABLED:
+        pytest.skip("numba is not installed")
+    key, d, k, cap = np.uint64(0x9E3779B97F4A7C15), 10000, 100, 400
+    buf, cv, ci = (np.empty(n, np.int64) for n in (1024, cap + 1024, cap + 1024))
+    heap, want = np.empty(k, np.int64), np.empty(k, np.int64)
+    compiled._subset_row(key, d, heap, want, buf)
+    for tau, hit in ((np.iinfo(np.int64).max, False), (np.iinfo(np.int64).min, False),
+                     (np.int64(2.0**63 - 150 / d * 2.0**64), True)):  # fmt: skip
+        pos = np.full(k, -1, np.int64)
+        assert compiled._subset_long_row(key, d, tau, cap, pos, buf, cv, ci) == hit
+        assert (pos == want).all() if hit else (pos == -1).all()
 
 
 def test_serial_twins_equal_the_parallel_kernels():
