@@ -42,7 +42,7 @@ the measured memory bandwidth. The target (issue 16) is loop / compzoo >= 5x in 
 """
 
 # built against problems/glm_kernels.py 104f59fc9de853a3
-# built against streams/compiled.py 079ca1b9a3da58b4
+# built against streams/compiled.py 5755bedb21d8e1fc
 
 from __future__ import annotations
 

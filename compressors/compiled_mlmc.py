@@ -24,7 +24,7 @@ norm is added in torch's order), one for the payload and one to decode, each ove
 the row on every thread.
 """
 
-# built against streams/compiled.py 079ca1b9a3da58b4
+# built against streams/compiled.py 5755bedb21d8e1fc
 
 from __future__ import annotations
 

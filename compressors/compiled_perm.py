@@ -10,7 +10,7 @@ bucket. The result is the same permutation (the keys are distinct with probabili
 ``1 - d^2 / 2^64``; equal keys keep their index order).
 """
 
-# built against streams/compiled.py 079ca1b9a3da58b4
+# built against streams/compiled.py 5755bedb21d8e1fc
 
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ Numba is optional at import: :func:`available` is False without it, and the GLM 
 torch path (also its path on CUDA and for other dtypes).
 """
 
-# built against streams/compiled.py 079ca1b9a3da58b4
+# built against streams/compiled.py 5755bedb21d8e1fc
 
 from __future__ import annotations
 

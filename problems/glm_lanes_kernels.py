@@ -2,7 +2,7 @@
 :mod:`problems.glm_lanes_gen` (``python -m problems.glm_lanes_gen``); do not edit."""
 
 # built against problems/glm_kernels.py 104f59fc9de853a3
-# built against streams/compiled.py 079ca1b9a3da58b4
+# built against streams/compiled.py 5755bedb21d8e1fc
 
 # fmt: off
 from __future__ import annotations
