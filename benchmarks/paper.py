@@ -42,7 +42,7 @@ the measured memory bandwidth. The target (issue 16) is loop / compzoo >= 5x in 
 """
 
 # built against problems/glm_kernels.py 104f59fc9de853a3
-# built against streams/compiled.py 5755bedb21d8e1fc
+# built against streams/compiled.py e68a8988580009b7
 
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ kernel than a decode's separate torch calls (EF21 + Top-1 on 20 x 112 rows: its 
 gradient 89.7 -> 75.6 us; DIANA and DASHA + Rand-10 about 15 us less).
 """
 
-# built against streams/compiled.py 5755bedb21d8e1fc
+# built against streams/compiled.py e68a8988580009b7
 
 from __future__ import annotations
 
@@ -126,7 +126,7 @@ def scatter_sum(
 
 
 if numba is not None:
-    from streams.compiled import _kth_largest
+    from streams.compiled import _kth_largest, _top_of_gathered
 
     _jit = numba.njit(cache=True, nogil=True)
 
@@ -208,7 +208,8 @@ if numba is not None:
         the entries at or above it, in order. With at least ``k`` gathered (so the ``k``-th
         largest is among them) and no more than the room made for them, a quickselect of the
         gathered magnitudes gives the threshold, and the gathered entries alone are selected
-        from, in order, as :func:`_top_k_row` selects from the whole row."""
+        from, in order, as :func:`_top_k_row` selects from the whole row
+        (:func:`streams.compiled._top_of_gathered`)."""
         d = row.size
         s = min(SAMPLE_SIZE, d // 8)
         stride = d // s
@@ -241,19 +242,10 @@ if numba is not None:
                 return False
         if c < k:
             return False
-        tau = _kth_largest(scratch[:c].copy(), k)
-        room = k
-        for i in range(c):
-            if scratch[i] > tau:
-                room -= 1
-        o = 0
-        for i in range(c):
-            v = scratch[i]
-            if v > tau or (v == tau and room > 0):
-                if v == tau:
-                    room -= 1
-                idx[o], val[o] = pos[i], row[pos[i]]
-                o += 1
+        chosen = _top_of_gathered(scratch[:c], k)
+        for o in range(k):
+            j = pos[chosen[o]]
+            idx[o], val[o] = j, row[j]
         return True
 
     @_jit

@@ -13,7 +13,7 @@ level) is joined afterwards from per-chunk summaries. Inner loops run over slice
 0, which the compiler vectorizes (an index that may be negative is wrapped, which it cannot)."""
 
 # built against compressors/compiled_fastsgd.py da0fd06c6197d73b
-# built against streams/compiled.py 5755bedb21d8e1fc
+# built against streams/compiled.py e68a8988580009b7
 
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ the table :func:`powers` that the torch form reads too.
 """
 
 # built against compressors/compiled_dense.py 14009f003dff5b5d
-# built against streams/compiled.py 5755bedb21d8e1fc
+# built against streams/compiled.py e68a8988580009b7
 
 from __future__ import annotations
 

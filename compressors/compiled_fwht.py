@@ -26,7 +26,7 @@ stages on it at once; the quantization pass draws the dither the same way. Decod
 
 # built against compressors/compiled_dense.py 14009f003dff5b5d
 # built against compressors/compiled_fastsgd.py da0fd06c6197d73b
-# built against streams/compiled.py 5755bedb21d8e1fc
+# built against streams/compiled.py e68a8988580009b7
 
 from __future__ import annotations
 

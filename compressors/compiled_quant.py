@@ -16,7 +16,7 @@ for float32, 53 for float64); the result keeps the exponent field ``E`` or takes
 # built against compressors/compiled_dense.py 14009f003dff5b5d
 # built against compressors/compiled_fastsgd.py da0fd06c6197d73b
 # built against compressors/compiled_perm.py 98badd22cce111ea
-# built against streams/compiled.py 5755bedb21d8e1fc
+# built against streams/compiled.py e68a8988580009b7
 
 from __future__ import annotations
 

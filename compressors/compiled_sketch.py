@@ -18,7 +18,7 @@ about what a scatter-add and a gather of ``rows d`` entries into them cost.
 
 # built against compressors/compiled_dense.py 14009f003dff5b5d
 # built against compressors/compiled_fastsgd.py da0fd06c6197d73b
-# built against streams/compiled.py 5755bedb21d8e1fc
+# built against streams/compiled.py e68a8988580009b7
 
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ rational function.
 """
 
 # built against compressors/compiled_mlmc.py cd91211286ba2c11
-# built against streams/compiled.py 5755bedb21d8e1fc
+# built against streams/compiled.py e68a8988580009b7
 
 from __future__ import annotations
 

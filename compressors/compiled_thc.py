@@ -13,7 +13,7 @@ buffer. Every entry goes through the same operations in the same precision: the 
 # built against compressors/compiled_dense.py 14009f003dff5b5d
 # built against compressors/compiled_fastsgd.py da0fd06c6197d73b
 # built against compressors/compiled_fwht.py ad9e8438d1623c0a
-# built against streams/compiled.py 5755bedb21d8e1fc
+# built against streams/compiled.py e68a8988580009b7
 
 from __future__ import annotations
 

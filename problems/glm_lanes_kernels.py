@@ -2,7 +2,7 @@
 :mod:`problems.glm_lanes_gen` (``python -m problems.glm_lanes_gen``); do not edit."""
 
 # built against problems/glm_kernels.py 104f59fc9de853a3
-# built against streams/compiled.py 5755bedb21d8e1fc
+# built against streams/compiled.py e68a8988580009b7
 
 # fmt: off
 from __future__ import annotations

@@ -339,6 +339,26 @@ if numba is not None:
         return a[target]
 
     @_jit
+    def _top_of_gathered(v, k):
+        """Which ``k`` of the gathered ``v`` (``k <= v.size``) are the ``k`` largest, as
+        ascending indices into ``v``: those above the ``k``-th largest (a quickselect of a
+        copy) and, of those equal to it, the earliest."""
+        top = _kth_largest(v.copy(), k)
+        room = k
+        for a in range(v.size):
+            if v[a] > top:
+                room -= 1
+        chosen = np.empty(k, np.int64)
+        o = 0
+        for a in range(v.size):
+            if v[a] > top or (v[a] == top and room > 0):
+                if v[a] == top:
+                    room -= 1
+                chosen[o] = a
+                o += 1
+        return chosen
+
+    @_jit
     def _subset_long_row(key, d, tau, cap, pos, buf, cv, ci):
         """:func:`_subset_row` of a long row through a cut, or False where it misses (nothing
         written then): the outputs made a block (``buf``) at a time, those above ``tau`` (about
@@ -368,19 +388,9 @@ if numba is not None:
                 return False
         if c < k:
             return False
-        top = _kth_largest(cv[:c].copy(), k)
-        room = k
-        for a in range(c):
-            if cv[a] > top:
-                room -= 1
-        o = 0
-        for a in range(c):
-            v = cv[a]
-            if v > top or (v == top and room > 0):
-                if v == top:
-                    room -= 1
-                pos[o] = ci[a]
-                o += 1
+        chosen = _top_of_gathered(cv[:c], k)
+        for o in range(k):
+            pos[o] = ci[chosen[o]]
         return True
 
     @_jit
