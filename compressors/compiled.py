@@ -163,7 +163,7 @@ if numba is not None:
     def _magnitude(v):
         """``|v|``, with NaN ranked above everything (as ``torch.topk`` ranks it)."""
         a = abs(v)
-        return np.inf if a != a else a
+        return np.float32(np.inf) if a != a else a  # inf is exact in float32: no widening
 
     @numba.njit(inline="always", cache=True)
     def _sift_min(heap, i, k):
