@@ -759,10 +759,13 @@ class GLM(Problem):
     def _grad_points(self, P: torch.Tensor, with_loss: bool):
         if self.points_engine == "lanes" and self._lanes_serve(P.shape[0]):
             code = glm_kernels.LOSSES[self.KERNEL_LOSS]
-            G, Lm = glm_lanes.grad_points(
-                self._lanes_data(), self._b, self._krows, self._ptr, P, code, with_loss
+            reg = self.reg_grad(P, self.lam)  # added as the kernel writes the sums out
+            out, Lm = glm_lanes.grad_points(
+                self._lanes_data(), self._b, self._krows, self._ptr, P, code, with_loss, reg
             )
-            G, Lm = G.permute(2, 0, 1), Lm.T
+            if not with_loss:
+                return out
+            return out, Lm.T.contiguous().add_(self.reg(P, self.lam)[:, None])
         elif self._compiled and self.points_engine in ("compiled", "lanes"):
             if self._kernels:
                 kdata = self._kdata

@@ -101,17 +101,22 @@ def _kernel(W: int) -> str:
         "@_pjit",
         f"def points_{W}(indptr, indices, values, unit, b, rows, ptr, PT, code, with_loss, zero, "
         "chunk,",
-        f"{' ' * (12 + len(str(W)))}out, lout):",
+        f"{' ' * (12 + len(str(W)))}reg, out, lout):",
+        "    R, d = reg.shape",
         "    for i in numba.prange(ptr.size - 1):",
         f"        Zc = np.empty(chunk * {W}, dtype=PT.dtype)",
         f"        bb = np.empty(chunk * {W}, dtype=PT.dtype)",
         f"        Lc = np.empty(chunk * {W}, dtype=np.float64)",
-        "        g = out[i]",
+        f"        g = np.empty(d * {W}, dtype=PT.dtype)",
         "        g[:] = zero",
         "        lsum = lout[i]",
         "        lsum[:] = zero",
         f"        _node_{W}(indptr, indices, values, unit, PT, b, rows, ptr[i], ptr[i + 1], code,",
         f"{' ' * (len(str(W)) + 15)}with_loss, zero, Zc, bb, Lc, g, lsum)",
+        "        for r in range(R):",
+        "            o, rr = out[r, i], reg[r]",
+        "            for k in range(d):",
+        f"                o[k] = g[_u(k) * _u({W}) + _u(r)] + rr[k]",
     ]
     return "\n".join(out) + "\n"
 

@@ -102,17 +102,22 @@ def _node_4(indptr, indices, values, unit, PT, b, rows, lo, hi, code, with_loss,
 
 @_pjit
 def points_4(indptr, indices, values, unit, b, rows, ptr, PT, code, with_loss, zero, chunk,
-             out, lout):
+             reg, out, lout):
+    R, d = reg.shape
     for i in numba.prange(ptr.size - 1):
         Zc = np.empty(chunk * 4, dtype=PT.dtype)
         bb = np.empty(chunk * 4, dtype=PT.dtype)
         Lc = np.empty(chunk * 4, dtype=np.float64)
-        g = out[i]
+        g = np.empty(d * 4, dtype=PT.dtype)
         g[:] = zero
         lsum = lout[i]
         lsum[:] = zero
         _node_4(indptr, indices, values, unit, PT, b, rows, ptr[i], ptr[i + 1], code,
                 with_loss, zero, Zc, bb, Lc, g, lsum)
+        for r in range(R):
+            o, rr = out[r, i], reg[r]
+            for k in range(d):
+                o[k] = g[_u(k) * _u(4) + _u(r)] + rr[k]
 
 
 @_jit
@@ -217,17 +222,22 @@ def _node_8(indptr, indices, values, unit, PT, b, rows, lo, hi, code, with_loss,
 
 @_pjit
 def points_8(indptr, indices, values, unit, b, rows, ptr, PT, code, with_loss, zero, chunk,
-             out, lout):
+             reg, out, lout):
+    R, d = reg.shape
     for i in numba.prange(ptr.size - 1):
         Zc = np.empty(chunk * 8, dtype=PT.dtype)
         bb = np.empty(chunk * 8, dtype=PT.dtype)
         Lc = np.empty(chunk * 8, dtype=np.float64)
-        g = out[i]
+        g = np.empty(d * 8, dtype=PT.dtype)
         g[:] = zero
         lsum = lout[i]
         lsum[:] = zero
         _node_8(indptr, indices, values, unit, PT, b, rows, ptr[i], ptr[i + 1], code,
                 with_loss, zero, Zc, bb, Lc, g, lsum)
+        for r in range(R):
+            o, rr = out[r, i], reg[r]
+            for k in range(d):
+                o[k] = g[_u(k) * _u(8) + _u(r)] + rr[k]
 
 
 @_jit
@@ -364,17 +374,22 @@ def _node_12(indptr, indices, values, unit, PT, b, rows, lo, hi, code, with_loss
 
 @_pjit
 def points_12(indptr, indices, values, unit, b, rows, ptr, PT, code, with_loss, zero, chunk,
-              out, lout):
+              reg, out, lout):
+    R, d = reg.shape
     for i in numba.prange(ptr.size - 1):
         Zc = np.empty(chunk * 12, dtype=PT.dtype)
         bb = np.empty(chunk * 12, dtype=PT.dtype)
         Lc = np.empty(chunk * 12, dtype=np.float64)
-        g = out[i]
+        g = np.empty(d * 12, dtype=PT.dtype)
         g[:] = zero
         lsum = lout[i]
         lsum[:] = zero
         _node_12(indptr, indices, values, unit, PT, b, rows, ptr[i], ptr[i + 1], code,
                  with_loss, zero, Zc, bb, Lc, g, lsum)
+        for r in range(R):
+            o, rr = out[r, i], reg[r]
+            for k in range(d):
+                o[k] = g[_u(k) * _u(12) + _u(r)] + rr[k]
 
 
 @_jit
@@ -543,14 +558,19 @@ def _node_16(indptr, indices, values, unit, PT, b, rows, lo, hi, code, with_loss
 
 @_pjit
 def points_16(indptr, indices, values, unit, b, rows, ptr, PT, code, with_loss, zero, chunk,
-              out, lout):
+              reg, out, lout):
+    R, d = reg.shape
     for i in numba.prange(ptr.size - 1):
         Zc = np.empty(chunk * 16, dtype=PT.dtype)
         bb = np.empty(chunk * 16, dtype=PT.dtype)
         Lc = np.empty(chunk * 16, dtype=np.float64)
-        g = out[i]
+        g = np.empty(d * 16, dtype=PT.dtype)
         g[:] = zero
         lsum = lout[i]
         lsum[:] = zero
         _node_16(indptr, indices, values, unit, PT, b, rows, ptr[i], ptr[i + 1], code,
                  with_loss, zero, Zc, bb, Lc, g, lsum)
+        for r in range(R):
+            o, rr = out[r, i], reg[r]
+            for k in range(d):
+                o[k] = g[_u(k) * _u(16) + _u(r)] + rr[k]

@@ -57,12 +57,17 @@ def _check(R: int, dtype: torch.dtype, unit: bool, seed: int = 0) -> None:
     gen = torch.Generator().manual_seed(seed)
     P = torch.randn(R, d, generator=gen, dtype=dtype)
     P[0] *= 40.0  # saturating margins: exp overflows in phi'
+    reg = torch.randn(R, d, generator=gen, dtype=dtype)
     for loss, code in glm_kernels.LOSSES.items():
         for with_loss in (False, True):
             G, L = glm_lanes.grad_points(csr, b, rows, ptr, P, code, with_loss)
             G0, L0 = glm_kernels.grad_points(csr, b, rows, ptr, P, loss, with_loss)
-            assert G.shape == G0.shape == (5, d, R)
-            assert torch.equal(G, G0), (loss, R, dtype, unit)
+            assert G.shape == (R, 5, d) and G0.shape == (5, d, R)
+            assert torch.equal(G, G0.permute(2, 0, 1)), (loss, R, dtype, unit)
+            # the regulariser's term, added as the sums are written out: one addition
+            Gr, _ = glm_lanes.grad_points(csr, b, rows, ptr, P, code, with_loss, reg)
+            assert torch.equal(Gr, G0.permute(2, 0, 1) + reg[:, None, :]), (loss, R, dtype)
+            G = G.permute(1, 2, 0)
             if with_loss:  # the generic kernel compiles the loss with reassociation
                 eps = torch.finfo(dtype).eps
                 torch.testing.assert_close(L, L0, rtol=4 * eps, atol=0.0)
