@@ -249,13 +249,41 @@ if numba is not None:
         return True
 
     @_jit
+    def _first_largest(row):
+        """The first position of the largest magnitude (:func:`_magnitude`) of a non-empty row:
+        the largest by eight running maxima, then the first entry that has it. A magnitude is
+        never NaN, so the maxima's order does not matter and the result is the single scan's
+        (keep an entry only when it beats the best so far), whose every step waited on the
+        one before. 240 rows of 300 float64 (a batch of 12 runs of EF21 + Top-1 on w8a), one
+        thread, three alternating runs: 117-150 -> 81-97 us; 20 x 1000 float32: 31-37 -> 18-27
+        us. The two passes alone take 35 and 25 us there; NumPy's ``abs(x).argmax(1)`` 31."""
+        d = row.size
+        m0 = m1 = m2 = m3 = m4 = m5 = m6 = m7 = _magnitude(row[0])
+        j = 0
+        while j + 8 <= d:
+            m0 = max(m0, _magnitude(row[j]))
+            m1 = max(m1, _magnitude(row[j + 1]))
+            m2 = max(m2, _magnitude(row[j + 2]))
+            m3 = max(m3, _magnitude(row[j + 3]))
+            m4 = max(m4, _magnitude(row[j + 4]))
+            m5 = max(m5, _magnitude(row[j + 5]))
+            m6 = max(m6, _magnitude(row[j + 6]))
+            m7 = max(m7, _magnitude(row[j + 7]))
+            j += 8
+        while j < d:
+            m0 = max(m0, _magnitude(row[j]))
+            j += 1
+        best = max(max(max(m0, m1), max(m2, m3)), max(max(m4, m5), max(m6, m7)))
+        at = 0
+        while _magnitude(row[at]) != best:
+            at += 1
+        return at
+
+    @_jit
     def _top_k_row(row, k, scratch, idx, val):
         d = row.size
         if k == 1:  # the first entry of largest magnitude
-            best, at = _magnitude(row[0]), 0
-            for j in range(1, d):
-                if _magnitude(row[j]) > best:
-                    best, at = _magnitude(row[j]), j
+            at = _first_largest(row)
             idx[0], val[0] = at, row[at]
             return
         room = k  # less the entries above the threshold: the ties it takes

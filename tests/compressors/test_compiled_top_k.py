@@ -71,6 +71,39 @@ def test_the_heap_threshold_selects_what_the_torch_form_selects(m, d, k, kind, s
     assert torch.equal(values.view(torch.uint8), torch.gather(x, 1, want).view(torch.uint8))
 
 
+@settings(max_examples=80, deadline=None)
+@given(
+    m=st.integers(1, 5),
+    d=st.integers(1, 40),
+    kind=st.sampled_from(["normal", "ties", "equal", "special", "last"]),
+    seed=st.integers(0, 2**31 - 1),
+    dtype=st.sampled_from([torch.float64, torch.float32]),
+)
+def test_top_1_takes_the_first_entry_of_largest_magnitude(m, d, kind, seed, dtype):
+    """Top-1's scan (eight running maxima, then the first entry that has the largest): the
+    torch form's entry, on rows shorter and longer than eight and not a multiple of it, with
+    ties (few distinct values, a constant row), NaN, infinities and signed zeros (NaN and
+    infinities tie at the top: the first of them), and the largest entry last (in the tail
+    that the eight maxima do not cover)."""
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(m, d, generator=gen, dtype=torch.float64)
+    if kind == "ties":
+        x = torch.randint(-2, 3, (m, d), generator=gen).to(torch.float64)
+    elif kind == "equal":
+        x = torch.full((m, d), -1.5, dtype=torch.float64)
+    elif kind == "special":
+        table = torch.tensor([float("nan"), float("inf"), float("-inf"), -0.0, 0.0])
+        picks = table[torch.randint(0, 5, (m, d), generator=gen)].to(torch.float64)
+        x = torch.where(torch.rand(m, d, generator=gen) < 0.3, picks, x)
+    elif kind == "last":
+        x[:, -1] = -10.0
+    x = x.to(dtype)
+    want = top_k_indices(x.abs(), 1)
+    for idx, values in (compiled.top_k(x, 1), compiled.top_k_rows(x, 1)[:2]):
+        assert torch.equal(idx, want)
+        assert torch.equal(values.view(torch.uint8), torch.gather(x, 1, want).view(torch.uint8))
+
+
 @settings(max_examples=40, deadline=None)
 @given(
     m=st.integers(1, 3),
