@@ -7,7 +7,10 @@ few seconds per kernel, minutes in all, and lands on whatever calls the kernel f
 benchmark, the test suite: about 2.5 of its minutes on 2 cores). This command pays it once, at
 set-up: every registered compressor encodes, decodes and sums rows large enough for its kernels
 (``compiled_dense.FAST_FROM`` entries and up), in float32 and float64, as several rows and as one
-long row. Later processes load the cached code. Progress goes to stderr (``--quiet`` turns it
+long row, and a small block of rows (the one-thread kernels that serve a node's rows of a small
+problem); each compressor in every configuration its tests exercise (``examples()``: other
+widths of the payload's fields are other compilations). Later processes load the cached
+code. Progress goes to stderr (``--quiet`` turns it
 off); it exits 0 with one line saying how many compressors it ran and how long it took.
 """
 
@@ -26,15 +29,23 @@ from streams import Streams, tags
 
 __all__ = ["SHAPES", "warm"]
 
-# Several rows of the kernels' smallest size, and one long row (the one-row kernels).
-SHAPES = ((4, max(1, compiled_dense.FAST_FROM // 2)), (1, max(1, 2 * compiled_dense.FAST_FROM)))
 NODES = 4
+
+# Several rows of the kernels' smallest size, one long row (the one-row kernels), and a small
+# block (the one-thread kernels, below ``streams.compiled.SERIAL_BELOW`` entries).
+SHAPES = (
+    (4, max(1, compiled_dense.FAST_FROM // 2)),
+    (1, max(1, 2 * compiled_dense.FAST_FROM)),
+    (NODES, 100),
+)
 
 
 def warm(progress: bool = False) -> int:
-    """Encode, decode and sum with every registered compressor at :data:`SHAPES` in float32
-    and float64; returns the number of compressors run."""
-    comps = [cls().bind(NODES) for cls in COMPRESSORS.values()]
+    """Encode, decode and sum with every registered compressor, in each of its
+    ``examples()``, at :data:`SHAPES` in float32 and float64; returns the number of
+    compressors run."""
+    comps = [c.bind(NODES) for cls in COMPRESSORS.values() for c in cls.examples()
+             if _binds(c)]  # fmt: skip
     cases = [(c, dt, shape) for c in comps for dt in (torch.float32, torch.float64)
              for shape in SHAPES]  # fmt: skip
     for c, dt, (m, d) in tqdm(cases, desc="compiling", disable=not progress, file=sys.stderr):
@@ -43,7 +54,17 @@ def warm(progress: bool = False) -> int:
         packet = c.encode(x, rng)
         c.decode(packet)
         c.decode_sum(packet)
-    return len(comps)
+    return len(COMPRESSORS)
+
+
+def _binds(c) -> bool:
+    """Whether ``c`` serves :data:`NODES` nodes (an example made for another count does not:
+    its default instance is run)."""
+    try:
+        c.bind(NODES)
+    except ValueError:
+        return False
+    return True
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -256,7 +256,7 @@ EXERCISED: dict[str, Use] = {
         " choco-sgd on a ring of 8 nodes over 2 gloo processes against the simulation",
     ),
     'pip install torch==2.13.0 && pip install -e ".[dev]" && python -m compressors.warm && '
-    "python -m algorithms.run marina --compressor randk": Use(
+    "python -m problems.warm && python -m algorithms.run marina --compressor randk": Use(
         [*PY, "algorithms.run", "marina", "--compressor", "randk"], _check_marina
     ),
     "python -m pytest -q": Use(None, where=".ci/run runs it on a clean checkout"),
@@ -264,6 +264,11 @@ EXERCISED: dict[str, Use] = {
         None,
         where=".ci/run runs it before the suite; test_every_compressor_encodes_decodes_and_sums_"
         "in_both_dtypes (tests/compressors/test_warm.py) runs its command line on two compressors",
+    ),
+    "python -m problems.warm": Use(
+        None,
+        where=".ci/run runs it before the suite; test_every_case_runs_every_kind_of_call "
+        "(tests/problems/test_warm.py) runs its command line",
     ),
     "python -m algorithms.run ef21 --compressor topk:ratio=0.05 --problem logreg-nonconvex "
     "--dataset breast-cancer --problem-opt scale=standard --nodes 20 --split contiguous "
