@@ -181,6 +181,7 @@ def _plugin(tmp_path: Path) -> dict:
     return dict(os.environ, PYTHONPATH=path, OMP_NUM_THREADS="1")
 
 
+@pytest.mark.heavy  # 12 s: a package installed (on 2 cores)
 def test_entry_points_register_names_for_the_command_line(tmp_path):
     from algorithms.api import run
 

@@ -63,6 +63,7 @@ def test_a_full_disk_stops_the_run_with_one_line_and_keeps_whole_files(tiny_disk
     assert {len(r.split(b",")) for r in data.splitlines()} == {width}
 
 
+@pytest.mark.heavy  # 13 s: two runs, a resume (on 2 cores)
 def test_after_a_full_disk_the_checkpoint_resumes_to_the_uninterrupted_run(tiny_disk, tmp_path):
     out = tiny_disk / "run"
     p = _run(*ARGS, "--checkpoint-every", "40", "--out", str(out))

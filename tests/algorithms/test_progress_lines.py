@@ -9,6 +9,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 ENV = dict(os.environ, OMP_NUM_THREADS="1", COMPZOO_PROGRESS_S="0.05")
 RUN = [sys.executable, "-m", "algorithms.run", "ef21", "--compressor", "topk:k=2", "--nodes",
        "4", "--iters", "3000"]  # fmt: skip
@@ -36,6 +38,7 @@ def test_quiet_silences_the_progress_lines(tmp_path):
     assert "iteration" not in p.stderr
 
 
+@pytest.mark.heavy  # 16 s: a sweep's runs in flight (on 2 cores)
 def test_a_sweep_writing_to_a_file_prints_its_runs_in_flight(tmp_path):
     cfg = tmp_path / "s.toml"
     cfg.write_text(

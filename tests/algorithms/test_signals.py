@@ -80,6 +80,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.heavy  # 14 s: a torchrun launch (on 2 cores)
 def test_under_torchrun_every_rank_stops_at_the_same_step(tmp_path):
     """SIGTERM reaches rank 1 only: both ranks agree (an all-reduce of a stop flag each step),
     stop at the same iteration, exit 143; the resumed gloo run follows the simulation."""

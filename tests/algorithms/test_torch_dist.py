@@ -233,6 +233,7 @@ def test_a_dead_or_hung_rank_makes_the_others_fail_within_the_timeout(tmp_path, 
                 p.wait()
 
 
+@pytest.mark.heavy  # 17 s: two gloo launches, a simulation (on 2 cores)
 def test_a_resumed_gloo_run_follows_the_uninterrupted_simulation(tmp_path):
     argv = ["marina", "--compressor", "randk:k=3", "--problem", "quadratic", "--seed", "4",
             "--log-every", "1", "--quiet"]  # fmt: skip

@@ -310,6 +310,7 @@ def _histories(out: Path) -> dict[str, list[dict]]:
     }
 
 
+@pytest.mark.heavy  # 12 s: one sweep, twice (on 2 cores)
 def test_runs_forked_from_the_server_equal_runs_in_their_own_process(tmp_path, monkeypatch):
     """The fork server (experiments.zygote) against ``COMPZOO_SWEEP_FORK=0`` (every run a
     fresh ``python -m algorithms.run``): the same runs, statuses and histories, bit for bit."""
@@ -331,6 +332,7 @@ def test_runs_forked_from_the_server_equal_runs_in_their_own_process(tmp_path, m
     assert _histories(forked) == _histories(plain)
 
 
+@pytest.mark.heavy  # 9 s: a sweep, its server killed (on 2 cores)
 def test_a_dead_fork_server_costs_only_a_subprocess(tmp_path):
     """A server that died between runs: the run goes to a plain subprocess and completes."""
     from experiments import sweep as sw

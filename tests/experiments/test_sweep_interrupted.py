@@ -138,6 +138,7 @@ def test_ctrl_c_stops_the_sweep_and_starts_no_new_run(tmp_path):
     assert not second.exists()  # queued behind the interrupted run: never started
 
 
+@pytest.mark.heavy  # 15 s: a batch stopped, resumed (on 2 cores)
 def test_ctrl_c_stops_a_batch_and_each_run_resumes_alone(tmp_path):
     cfg_path, out = tmp_path / "two.toml", tmp_path / "out"
     cfg_path.write_text(TOML.replace("step_mult = [1]", "step_mult = [1, 2]"))

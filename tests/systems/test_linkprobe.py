@@ -72,7 +72,9 @@ def test_probe_measures_each_link_near_its_shaped_rate():
         # link carries several Gbit/s, far above
         assert 0.2 < x["up_gbps"] < 0.6 and 0.2 < x["down_gbps"] < 0.6, x
         assert x["rtt_us"] > 0
-    assert all(0.15 < g < 0.6 for g in res["ring_gbps"]), res["ring_gbps"]
+    # the ring's senders and receivers all run at once, on cores the suite's other worker
+    # shares: 0.12 seen in a loaded suite; the shaping shows in the upper bound
+    assert all(0.05 < g < 0.6 for g in res["ring_gbps"]), res["ring_gbps"]
     assert res["latency_s"] > 0 and res["pair_rtt_us"] > 0
 
 
