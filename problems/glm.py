@@ -53,7 +53,8 @@ DATA_KNOBS: dict[str, tuple[Any, str]] = {
     "storage": ("auto", "gradients' engine: auto (the fastest, measured on this machine and data "
                 "and memoised; small data: dense above 1/4 non-zeros), dense, csr (compiled "
                 "kernels), dense-torch, csr-torch (torch's products), csr-scipy, csc-scipy "
-                "(SciPy's sparse products), dense-numpy (NumPy's BLAS on a padded stack)"),
+                "(SciPy's sparse products), dense-numpy (NumPy's BLAS on a padded stack), csc "
+                "(compiled kernel on each node's rows by columns)"),
     "threads": ("auto", "threads of the gradients: auto (measured with the engine: 1 or torch's "
                 "count) or a positive integer"),
     "server_rows": (0, "rows drawn at random (seeded) for the server's own data, held out of the "
@@ -148,7 +149,8 @@ class GLM(Problem):
         (:mod:`problems.glm_engine`): ``auto`` times the candidates on this data and machine
         and keeps the fastest (memoised), or one of ``dense``, ``csr`` (compiled kernels),
         ``dense-torch``, ``csr-torch`` (torch's products), ``csr-scipy``, ``csc-scipy``
-        (SciPy's) or ``dense-numpy`` (NumPy's BLAS); data with at most
+        (SciPy's), ``dense-numpy`` (NumPy's BLAS) or ``csc`` (the compiled kernel on each
+        node's rows by columns); data with at most
         ``MEASURE_ABOVE`` stored entries take the rule, dense above ``DENSE_ABOVE`` non-zeros.
         ``threads``: the gradients' thread count, ``auto`` (measured with the engine, or
         torch's count by the rule) or a positive integer. The maths is the same, the rounding
@@ -224,7 +226,8 @@ class GLM(Problem):
             self._use_engine(engine, None if threads == "auto" else int(threads))
             return
         dense_ok = glm_engine.dense_allowed(N, d, nnz)
-        engines = glm_engine.candidates(storage, dense_ok, self._compiled, self._scipy_ok)
+        csc_ok = glm_engine.csc_allowed(self.n, d, nnz)
+        engines = glm_engine.candidates(storage, dense_ok, self._compiled, self._scipy_ok, csc_ok)
         options = [(e, t) for e in engines for t in glm_engine.thread_candidates(threads)]
         probe = torch.linspace(-0.1, 0.1, self.m * d, dtype=self.dtype).reshape(self.m, d)
         probe = probe.to(self.device)
@@ -241,8 +244,9 @@ class GLM(Problem):
 
     def _use_engine(self, engine: str, threads: int | None) -> None:
         """Switch the gradients to ``engine`` on ``threads`` (None: torch's count)."""
-        if not self._compiled and engine in ("dense", "csr"):
-            engine += "-torch"  # no kernels for this loss, dtype or device: torch's products
+        if not self._compiled and engine in ("dense", "csr", "csc"):
+            engine = ("dense" if engine == "dense" else "csr") + "-torch"  # no kernels for
+            # this loss, dtype or device: torch's products
         if engine.endswith("-scipy") and not self._scipy_ok:
             engine = "csr-torch"  # SciPy works on CPU float32/float64 arrays only
         if engine == "dense-numpy" and not self._scipy_ok:
@@ -250,7 +254,8 @@ class GLM(Problem):
         self._numpy = engine == "dense-numpy"
         self.dense = engine in ("dense", "dense-torch", "dense-numpy")
         self._points = self._points_k = self._points_t = self._points_l = None
-        self._kernels = engine in ("dense", "csr")
+        self._kernels = engine in ("dense", "csr", "csc")
+        self._csc = engine == "csc"  # full gradients by columns; minibatches by the CSR kernel
         self._scipy = {"csr-scipy": "csr", "csc-scipy": "csc"}.get(engine)
         if self.dense and self._Ad is None:
             self._Ad = torch.from_numpy(self._A64.toarray()).to(self.device, self.dtype)
@@ -384,6 +389,9 @@ class GLM(Problem):
             # the full gradient's arrays as the kernels take them (_kernel_grad)
             self._kfull = (self._b.numpy(), self._krows.numpy(), self._ptr.numpy(),
                            glm_kernels.LOSSES[self.KERNEL_LOSS])  # fmt: skip
+            self._kcsc = None
+            if self._csc:  # the held rows by columns, node by node (glm_kernels.pack_csc)
+                self._kcsc = glm_kernels.pack_csc(self._kdata, *self._kfull[:3])
             return
         sub, B = self._block_design(rows, local)
         if self._scipy:  # SciPy's sparse products on the held rows, in the problem's dtype
@@ -570,9 +578,12 @@ class GLM(Problem):
         if Y is not None:
             R = R - self._reg_grad_array(Y)
         b, krows, kptr, code = self._kfull
+        Yn = None if Y is None else self._kernel_array(Y)
+        if rows is None and self._kcsc is not None:
+            G = glm_kernels.grad_csc_arrays(self._kcsc, self._kernel_array(X), R, code, Yn)
+            return torch.from_numpy(G)
         if rows is not None:
             krows, kptr = rows.numpy(), ptr.numpy()
-        Yn = None if Y is None else self._kernel_array(Y)
         G = glm_kernels.grad_arrays(self._kdata, b, krows, kptr, self._kernel_array(X), R, code, Yn)
         return torch.from_numpy(G)
 
@@ -597,8 +608,9 @@ class GLM(Problem):
     def _grad_diff(self, X: torch.Tensor, Y: torch.Tensor, batch: Batch | None) -> torch.Tensor:
         if not self._kernels:
             return super()._grad_diff(X, Y, batch)
-        rows, ptr = (self._krows, self._ptr) if batch is None else self._batch_rows(batch)
-        return self._kernel_grad(X, rows, ptr, Y)
+        if batch is None:  # every held row
+            return self._kernel_grad(X, Y=Y)
+        return self._kernel_grad(X, *self._batch_rows(batch), Y)
 
     @_on_threads
     def _batch_grad(self, X: torch.Tensor, batch: Batch) -> torch.Tensor:

@@ -1,10 +1,11 @@
 """The GLM gradient's engine, chosen by measurement on the machine at hand.
 
-A GLM's gradient can run on seven engines: the compiled kernels (:mod:`problems.glm_kernels`) on
-dense rows or on CSR rows, torch's own products (batched dense BLAS, or a sparse product of the
-block-diagonal design), SciPy's sparse products (margins by one CSR or CSC product, sums by the
-transposed block-diagonal design), or NumPy's BLAS on the rows as a padded dense stack (what a
-researcher's vectorized script does: ``dense-numpy``), each on any number of threads. Which is
+A GLM's gradient can run on eight engines: the compiled kernels (:mod:`problems.glm_kernels`) on
+dense rows, on CSR rows, or on each node's rows by columns (``csc``), torch's own products
+(batched dense BLAS, or a sparse product of the block-diagonal design), SciPy's sparse products
+(margins by one CSR or CSC product, sums by the transposed block-diagonal design), or NumPy's
+BLAS on the rows as a padded dense stack (what a researcher's vectorized script does:
+``dense-numpy``), each on any number of threads. Which is
 fastest depends on the data (density, rows per node, ``d``), the dtype, the CPU and how loaded it
 is: on a shared 2-core
 machine one thread beats two for the small LIBSVM sets, and a fixed density threshold tuned on one
@@ -45,8 +46,11 @@ __all__ = ["ENGINES", "STORAGES", "choose", "describe", "machine", "parse", "thr
 
 #: The engines: the compiled kernels on dense or CSR rows, torch's dense or sparse products,
 #: SciPy's sparse products (margins by a CSR or a CSC product at a shared point, sums by the
-#: transposed block-diagonal CSR: what a researcher's vectorized script does).
-ENGINES = ("dense", "csr", "dense-torch", "csr-torch", "csr-scipy", "csc-scipy", "dense-numpy")
+#: transposed block-diagonal CSR: what a researcher's vectorized script does), NumPy's BLAS,
+#: and the compiled kernel on each node's rows by columns (``csc``: full gradients without a
+#: branch per row; minibatches by the CSR kernel).
+ENGINES = ("dense", "csr", "dense-torch", "csr-torch", "csr-scipy", "csc-scipy", "dense-numpy",
+           "csc")  # fmt: skip
 STORAGES = ("auto", *ENGINES)
 #: Dense candidates are tried from this density (below it a dense pass reads twenty times the
 #: entries a sparse one does, which no CPU here repays) up to this many entries (float64:
@@ -155,12 +159,23 @@ def dense_allowed(N: int, d: int, nnz: int) -> bool:
     return nnz >= DENSE_MIN_DENSITY * N * d and N * d <= DENSE_MAX_ENTRIES
 
 
-def candidates(storage: str, dense_ok: bool, compiled: bool, scipy_ok: bool = True) -> list[str]:
+def csc_allowed(n: int, d: int, nnz: int) -> bool:
+    """Whether the ``csc`` engine is a candidate: its columns' pointers take ``n d`` entries,
+    worth it where the nodes' columns hold entries (at least as many stored entries as
+    columns of all nodes), not where most of them are empty."""
+    return n * d <= nnz
+
+
+def candidates(
+    storage: str, dense_ok: bool, compiled: bool, scipy_ok: bool = True, csc_ok: bool = False
+) -> list[str]:
     """The engines ``storage`` leaves to measure (one when forced; the compiled ones only where
-    the kernels serve this loss, dtype and device, SciPy's on CPU float32/float64)."""
+    the kernels serve this loss, dtype and device, ``csc`` only where ``csc_ok``, SciPy's on
+    CPU float32/float64)."""
     if storage != "auto":
         return [storage]
     out = ["csr"] if compiled else []
+    out += ["csc"] if compiled and csc_ok else []
     out += ["dense"] if compiled and dense_ok else []
     out += ["csr-torch"] + (["dense-torch"] if dense_ok else [])
     out += ["csr-scipy", "csc-scipy"] if scipy_ok else []

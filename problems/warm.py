@@ -33,8 +33,10 @@ from streams import Streams
 __all__ = ["CASES", "POINTS", "warm"]
 
 #: ``(rows layout, storage)``: dense rows on the dense kernel, binary and valued sparse rows on
-#: the CSR kernel (binary rows are read without their values: another compiled loop).
-CASES = (("dense", "dense"), ("binary", "csr"), ("valued", "csr"))
+#: the CSR kernel and by columns (binary rows are read without their values: another compiled
+#: loop).
+CASES = (("dense", "dense"), ("binary", "csr"), ("valued", "csr"), ("binary", "csc"),
+         ("valued", "csc"))  # fmt: skip
 #: Point counts of the batched gradients: one, and every width of the batched kernels.
 POINTS = (1, *glm_lanes.WIDTHS)
 NODES, ROWS, DIM = 4, 6, 10
