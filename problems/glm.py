@@ -390,8 +390,10 @@ class GLM(Problem):
             self._kfull = (self._b.numpy(), self._krows.numpy(), self._ptr.numpy(),
                            glm_kernels.LOSSES[self.KERNEL_LOSS])  # fmt: skip
             self._kcsc = None
-            if self._csc:  # the held rows by columns, node by node (glm_kernels.pack_csc)
-                self._kcsc = glm_kernels.pack_csc(self._kdata, *self._kfull[:3])
+            if self._csc:  # the held rows by columns, node by node: the transposed design
+                Bt = self._block_design(rows, local)[1].T.tocsr()
+                b, krows, kptr = self._kfull[:3]
+                self._kcsc = glm_kernels.pack_csc(Bt, self._kdata[3], b[krows], kptr)
             return
         sub, B = self._block_design(rows, local)
         if self._scipy:  # SciPy's sparse products on the held rows, in the problem's dtype

@@ -125,30 +125,26 @@ def grad_arrays(
     return out
 
 
-def pack_csc(csr: tuple, b: np.ndarray, rows: np.ndarray, ptr: np.ndarray) -> tuple:
-    """The ``csc`` engine's view of the held rows (CSR rows ``csr`` from :func:`pack`, node
-    ``i`` holding rows ``rows[ptr[i]:ptr[i+1]]``): each node's rows by columns, ``(colptr,
-    rowidx, values, unit, bl, ptr, d)``. Column ``k`` of node ``i`` holds the entries
-    ``colptr[i d + k]:colptr[i d + k + 1]``, its rows ascending as positions within the node
-    (``rowidx``: uint16 where every node holds fewer than 65,536 rows, else int32), their
-    values (none for binary rows), and ``bl`` the labels in the order of ``rows``. Built with
-    one stable sort of the held entries by (node, column)."""
-    indptr, indices, values, unit, d = csr
-    rows, ptr = np.asarray(rows, np.int64), np.asarray(ptr, np.int64)
+def pack_csc(Bt, unit: bool, bl: np.ndarray, ptr: np.ndarray) -> tuple:
+    """The ``csc`` engine's view of the held rows, from the transposed block-diagonal design
+    ``Bt`` (SciPy CSR, ``m d`` rows: row ``i d + k`` lists the held rows of node ``i`` with an
+    entry in column ``k``, ascending, and their values), whether the rows are binary
+    (``unit``), their labels ``bl`` in held order and the node pointers ``ptr``: ``(colptr,
+    rowidx, values, unit, bl, ptr, d)``, column ``k`` of node ``i`` holding the entries
+    ``colptr[i d + k]:colptr[i d + k + 1]``, its rows as positions within the node
+    (``rowidx``: uint16 where every node holds at most 65,536 rows, else int32) with their
+    values in ``bl``'s dtype (none for binary rows)."""
+    ptr = np.asarray(ptr, np.int64)
     m = ptr.size - 1
-    lens = (indptr[1:] - indptr[:-1])[rows]
-    held = np.repeat(np.arange(rows.size), lens)  # each held entry's position in ``rows``
-    first = np.cumsum(lens) - lens
-    pos = np.repeat(indptr[rows], lens) + np.arange(held.size) - np.repeat(first, lens)
-    node = np.repeat(np.arange(m), np.diff(ptr))[held]
-    key = node * d + indices[pos].astype(np.int64)
-    order = np.argsort(key, kind="stable")  # within a column, the rows in their order
-    colptr = np.zeros(m * d + 1, np.int64)
-    np.cumsum(np.bincount(key, minlength=m * d), out=colptr[1:])
-    wide = np.diff(ptr).max(initial=0) >= 1 << 16
-    rowidx = (held - ptr[node])[order].astype(np.int32 if wide else np.uint16)
-    vals = values[:0] if unit else values[pos[order]]
-    return (colptr, rowidx, vals, unit, b[rows], ptr, d)
+    d = Bt.shape[0] // m
+    if not Bt.has_sorted_indices:
+        Bt.sort_indices()
+    colptr = Bt.indptr.astype(np.int64)
+    node = np.repeat(np.arange(m * d) // d, np.diff(colptr))
+    wide = np.diff(ptr).max(initial=0) > 1 << 16
+    rowidx = (Bt.indices - ptr[node]).astype(np.int32 if wide else np.uint16)
+    vals = bl[:0] if unit else Bt.data.astype(bl.dtype)
+    return (colptr, rowidx, vals, unit, bl, ptr, d)
 
 
 def grad_csc_arrays(

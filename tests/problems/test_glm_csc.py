@@ -90,12 +90,9 @@ def test_float32_sums_are_rounded_once(binary):
 def test_the_columns_of_each_node():
     """Two nodes: rows 0-1 and 2-3 of a 4 x 3 matrix, held in the order (1, 0)."""
     A = sp.csr_matrix(np.array([[1.0, 0, 2.0], [0, 3.0, 4.0], [5.0, 0, 0], [0, 0, 6.0]]))
-    csr = glm_kernels.pack(None, (torch.from_numpy(A.indptr), torch.from_numpy(A.indices),
-                                  torch.from_numpy(A.data)), 3)  # fmt: skip
     b = np.array([10.0, 11.0, 12.0, 13.0])
-    colptr, rowidx, vals, unit, bl, ptr, d = glm_kernels.pack_csc(
-        csr, b, np.array([2, 3, 0, 1]), np.array([0, 2, 4])
-    )
+    p = LeastSquares(A, b, np.array([2, 2]), lam=0.1, storage="csc", threads=1).local([1, 0])
+    colptr, rowidx, vals, unit, bl, ptr, d = p._kcsc
     assert d == 3 and not unit and rowidx.dtype == np.uint16
     assert colptr.tolist() == [0, 1, 1, 2, 3, 4, 6]  # node 1's columns, then node 0's
     assert rowidx.tolist() == [0, 1, 0, 1, 0, 1]
