@@ -249,10 +249,11 @@ def _baseline_jobs(case: Case, A, b, dtype, jobs: list[dict], max_iters: int) ->
 def run(quick: bool = False, device: str = "cpu", methods=None, track=None) -> list[dict]:
     """Every case of :func:`cases`; one row per (case, method), each the median of 7 timings of
     10 steps (with ``quick``: 3 of 10). ``track`` (:class:`benchmarks.progress.Tracker`) hears
-    of each case and its rows. Quick runs time 10 steps too: with 2, a step's share of waking
-    the kernels' threads after the pause that follows ``init`` decided the row (EF21 + Top-1,
-    n = 1000, d = 100, m_i = 20, float64, 2-core Intel Xeon: 5.6 ms a step over 2 steps, 1.2 ms
-    over 10, the per-node loop 20 ms either way)."""
+    of each case and its rows. Quick runs time 10 steps too: the first steps after a pause run
+    slower than the rest, and over 2 steps they decided the row (EF21 + Top-1, n = 1000,
+    d = 100, m_i = 20, float64, 2-core Intel Xeon: 5.6 ms a step over 2 steps, 1.2-1.9 ms over
+    10, the per-node loop 20 ms either way; after a 0.5 s pause the first step took 3.1-5.7 ms,
+    the tenth 1.3-1.7)."""
     iters, repeats = (10, 3) if quick else (10, 7)
     track = track or Tracker()
     plan = cases(quick)
