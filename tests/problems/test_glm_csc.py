@@ -87,6 +87,35 @@ def test_float32_sums_are_rounded_once(binary):
     torch.testing.assert_close(csc32.grad(X), csr32.grad(X), rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.parametrize("binary", [True, False])
+def test_float32_gradients_are_float64_sums_of_float64_weights_rounded_once(binary):
+    """The float32 arithmetic written out in NumPy for least squares (``phi' = z - b``: no
+    library call whose last bit NumPy might round otherwise): margins summed in float32 column
+    by column, weights ``(z - b) / m_i`` taken in float64, each coordinate's sum in float64 in
+    row order from the regulariser's term, rounded to float32 once. Bit for bit: weights or
+    sums rounded to float32 along the way fail it."""
+    counts = np.array([300, 200])
+    A, b = _data(binary, seed=8, counts=counts, d=12, density=0.5)
+    p = LeastSquares(A, b, counts, lam=0.1, dtype=torch.float32, storage="csc", threads=1)
+    X = torch.randn(2, p.d, generator=torch.Generator().manual_seed(9)).mul(0.3)
+    R = p._reg_grad_array(p._rows(X))
+    dense, b32 = A.toarray().astype(np.float32), b.astype(np.float32)
+    off = np.concatenate([[0], np.cumsum(counts)])
+    want = np.empty((2, p.d), np.float32)
+    for i in range(2):  # two nodes, written out: the reference, not a hot path
+        rows, x = dense[off[i] : off[i + 1]], X[i].numpy()
+        z = np.zeros(counts[i], np.float32)
+        for k in range(p.d):  # a row's terms in the order of its columns
+            held = rows[:, k] != 0
+            z[held] += rows[held, k] * x[k]
+        w = (z - b32[off[i] : off[i + 1]]).astype(np.float64) * (1.0 / counts[i])
+        for k in range(p.d):
+            held = rows[:, k] != 0
+            terms = w[held] * rows[held, k].astype(np.float64)
+            want[i, k] = np.cumsum(np.concatenate([[np.float64(R[i, k])], terms]))[-1]
+    assert np.array_equal(p.grad(X).numpy(), want)
+
+
 def test_the_columns_of_each_node():
     """Two nodes: rows 0-1 and 2-3 of a 4 x 3 matrix, held in the order (1, 0)."""
     A = sp.csr_matrix(np.array([[1.0, 0, 2.0], [0, 3.0, 4.0], [5.0, 0, 0], [0, 0, 6.0]]))
