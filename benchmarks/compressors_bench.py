@@ -15,13 +15,18 @@ hand-written version could not avoid:
 * spherical compression: its ``K`` shared codewords drawn (``normal_``) and each one's product
   with the row, one codeword at a time;
 * MLMC Top-K: a sort of ``|x|`` (the increments' norms need the magnitudes ranked);
+* FO-SGD and THC, which rotate the row by a randomized Walsh-Hadamard transform and the
+  receiver back: the row zero-padded to ``n = 2^ceil(log2 N)`` and transformed twice, each
+  transform written in torch as ``log2 n`` stages of adds and subtracts
+  (:func:`compressors.fosgd.fwht_staged`). Their ``x copy`` column says how far they are
+  from a copy, which does no transform;
 * the deterministic dense ones: a plain copy.
 
 ``ratio`` is compressor seconds / bound seconds (1 = as fast as the bound), ``x copy`` the
 compressor's seconds over a plain copy's of the same row, ``GB/s`` the input bytes (``4 N``) per
 second. The target (issue 35): within 3x of a copy, or within 2x of the bound where the bound is
-a draw or a primitive (Perm-K, Rand-K, Top-K). ``python -m benchmarks.compressors_bench`` prints
-the table.
+not the copy (a draw or the torch primitives above). ``python -m benchmarks.compressors_bench``
+prints the table.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from benchmarks.clock import interleaved_medians
 from benchmarks.progress import Tracker
 from comm import SimulatedComm
 from compressors import parse_spec
+from compressors.fosgd import fwht_staged, padded_dim
 from compressors.registry import COMPRESSORS
 from streams import Streams
 
@@ -45,6 +51,8 @@ SKIP = ("compose",)  # a container of other compressors: measured through its pa
 # one uniform per entry, in the row's dtype
 DRAWS = ("natural", "qsgd", "natural-dithering", "terngrad", "ssq", "msq", "sparse-dithering")
 DRAWS += ("gennorm",)
+#: a randomized Walsh-Hadamard rotation of the padded row there and back
+ROTATIONS = ("fo-sgd", "thc")
 TARGET_COPY = 3.0  # x a copy of the row
 TARGET_RATIO = 2.0  # x the bound, where the bound is a draw or a primitive
 
@@ -105,6 +113,14 @@ def _primitive(name: str, x: torch.Tensor, k: int, gen: torch.Generator):
             return best
 
         return f"{K} x (randn+dot)", fn
+    if name in ROTATIONS:  # the padded row transformed there and back, stage by stage
+        n = padded_dim(x.shape[1])
+
+        def fn():
+            y = torch.nn.functional.pad(x, (0, n - x.shape[1]))
+            return fwht_staged(fwht_staged(y))
+
+        return "2 x torch WHT", fn
     if name == "mlmc":  # the increments' norms need the magnitudes ranked
         return "torch.sort", lambda: torch.sort(x.abs(), dim=1, descending=True)
     return "copy", lambda: x.clone()

@@ -17,7 +17,7 @@ from compressors.base import Compressor, Packet, check_float_bits, work_dtype
 from compressors.bitpack import BitReader, BitWriter
 from streams import Streams, tags
 
-__all__ = ["FOSGD", "fwht", "irwht", "padded_dim", "rwht"]
+__all__ = ["FOSGD", "fwht", "fwht_staged", "irwht", "padded_dim", "rwht"]
 
 _NODE = 0x9E3779B97F4A7C15 - (1 << 64)  # odd: distinct nodes give distinct dither keys
 
@@ -47,14 +47,24 @@ def fwht(x: torch.Tensor) -> torch.Tensor:
     src = x.reshape(-1, n).clone(memory_format=torch.contiguous_format)
     if compiled_fwht.serves(src):
         return compiled_fwht.fwht_(src).reshape(x.shape)
-    dst, h = torch.empty_like(src), 1
-    while h < n:  # two buffers in turn, each stage written into the other
+    return fwht_staged(src).reshape(x.shape)
+
+
+def fwht_staged(src: torch.Tensor) -> torch.Tensor:
+    """The transform of the rows of ``src`` (contiguous ``(m, n)``, ``n`` a power of two) in
+    torch, stage by stage: two buffers in turn, each stage's ``a + b`` and ``a - b`` written
+    into the other, so ``src`` is overwritten and the result may be either buffer. One pass
+    over memory per stage (``log2 n`` of them): :func:`fwht`'s form where the compiled one does
+    not serve, and the transform a hand-written torch version pays for
+    (:mod:`benchmarks.compressors_bench`)."""
+    dst, h, n = torch.empty_like(src), 1, src.shape[-1]
+    while h < n:
         a, b = src.view(-1, 2, h).unbind(1)
         pair = dst.view(-1, 2, h)
         torch.add(a, b, out=pair[:, 0])
         torch.sub(a, b, out=pair[:, 1])
         src, dst, h = dst, src, 2 * h
-    return src.reshape(x.shape)
+    return src
 
 
 def rwht(x: torch.Tensor, signs: torch.Tensor) -> torch.Tensor:

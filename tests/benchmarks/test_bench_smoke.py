@@ -215,3 +215,29 @@ def test_only_randomized_compressors_are_bounded_by_a_draw():
         if name not in compressors_bench.SKIP and cls().deterministic is True:
             bound, _ = compressors_bench._primitive(name, x, 1, torch.Generator())
             assert bound in ("copy", "torch.topk+scatter"), name
+
+
+def test_rotating_compressors_are_bounded_by_two_transforms_of_the_padded_row():
+    """FO-SGD's and THC's bound transforms the zero-padded row there and back (``H H = n I``),
+    no other compressor is held to it, and the staged torch transform is :func:`fwht`'s."""
+    from benchmarks import compressors_bench
+    from compressors.fosgd import fwht, fwht_staged
+    from compressors.registry import COMPRESSORS
+
+    x = torch.randn(1, 5, generator=torch.Generator().manual_seed(0))
+    before = x.clone()
+    for name in compressors_bench.ROTATIONS:
+        bound, fn = compressors_bench._primitive(name, x, 1, torch.Generator())
+        assert bound == "2 x torch WHT"
+        torch.testing.assert_close(fn(), torch.cat([8 * x, torch.zeros(1, 3)], dim=1))
+        assert torch.equal(x, before)
+    for name in COMPRESSORS:
+        if name not in compressors_bench.ROTATIONS and name not in compressors_bench.SKIP:
+            bound, _ = compressors_bench._primitive(name, x, 1, torch.Generator())
+            assert bound != "2 x torch WHT", name
+    z = torch.randn(3, 64, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    H = torch.ones(1, 1, dtype=torch.float64)
+    for _ in range(6):  # Sylvester's construction: H_2n = [[H, H], [H, -H]]
+        H = torch.cat([torch.cat([H, H], 1), torch.cat([H, -H], 1)], 0)
+    torch.testing.assert_close(fwht_staged(z.clone()), z @ H, rtol=0, atol=1e-12)
+    torch.testing.assert_close(fwht(z), z @ H, rtol=0, atol=1e-12)
