@@ -17,8 +17,9 @@ plus 6-8 s (start-up and the bandwidth triad). The full run takes far longer (ev
 every method, more repeats, each loop timed twice, the 2.5 * 10^7-element compressors) and
 several GiB of memory (the d = 10^4, m_i = 500 case, and the memory part at (n, d) =
 (1000, 10^5), where one method's process peaks near 4 GiB).
---only paper times 500 steps per method, set and dtype (float64, float32), three times (with
---quick: 25 steps, float64 only); --only scale runs 10^4 and 10^5 nodes on 1, 2 and 4
+--only paper times 500 steps per method, set and dtype (float64, float32), in three rounds,
+compzoo and the vectorized script back to back twice a round (with --quick: 25 steps, float64
+only); --only scale runs 10^4 and 10^5 nodes on 1, 2 and 4
 processes (with --quick: 10^5 nodes on 1 and 2); --only grid runs the EF21 paper's 96-run grid
 twice, one run per process and batched (``benchmarks.grid``; 4-5 minutes on 2 cores; with
 --quick: two sets at 300 iterations).

@@ -10,7 +10,13 @@ message. compzoo's gradients run on the engine its ``storage=auto`` measured fas
 set on this machine (:mod:`problems.glm_engine`): its row names it (``NAME/THREADS``). DIANA
 starts from ``h_i^0 = 0`` (its ``init_mode=zero``), as its loop does.
 
-Per (set, dtype, method), in one process, interleaved and repeated (median of 3):
+Per (set, dtype, method), in one process, interleaved and repeated (``REPEATS`` rounds).
+compzoo and the vectorized script, the two the target compares, are timed back to back in both
+orders in each round (compzoo, script, script, compzoo; the next round the other way round),
+so that a slow phase of the machine lasting a second or more falls on both rather than on one:
+their medians are of ``2 REPEATS`` timings, the loop's and the floor's of ``REPEATS``.
+(Timed as the loop, the script, the floor in turn, with the slow loop between compzoo and the
+script, one round could put a 1.5-2x slower phase of this shared machine on one side only.)
 
 * compzoo: ``steps`` calls of ``algo.step`` after an untimed ``init`` (the runner's code path:
   the problem built by ``problems.registry.make_problem``, the method, ``SimulatedComm``; no
@@ -298,35 +304,42 @@ def bench_set(path: Path, name: str, dtype: str, steps: int, repeats: int) -> li
     for method, spec in METHODS:
         algo = configure(problem, method, spec)
         k = parse_spec(spec).k
-        jobs.append({"method": method, "spec": spec, "algo": algo, "k": k, "t": []})
+        jobs.append({"method": method, "spec": spec, "algo": algo, "k": k, "t": [], "ours": [],
+                     "vec": []})  # fmt: skip
     for job in jobs:  # warm-up: lazy constants, numba compilation, allocator
         time_compzoo(job["algo"], problem, 2)
         time_compzoo(job["algo"], free, 2)
         time_loop(lambda j=job: loop_for(problem, j["method"], j["algo"], j["k"], 2), 2)
         time_loop(lambda j=job: vec_for(problem, j["method"], j["algo"], j["k"], 2, data), 2)
     grads, touches = [], []
-    for _ in range(repeats):
+    for rnd in range(repeats):
         glm_engine.settle()
         grads.append(time_grad(problem, steps))
         glm_engine.settle()
         touches.append(time_touch(problem, steps))
         for job in jobs:
             a, m, k = job["algo"], job["method"], job["k"]
+            pair = [
+                ("ours", lambda a=a: time_compzoo(a, problem, steps)),
+                ("vec", lambda a=a, m=m, k=k: time_loop(
+                    lambda: vec_for(problem, m, a, k, steps, data), steps)),
+            ]  # fmt: skip
+            if rnd % 2:  # odd rounds: the script first
+                pair.reverse()
             # each side timed once the threads of the one before have gone quiet (a pool's
             # idle workers spin for up to 0.1 s after a call and would share its cores)
-            glm_engine.settle()
-            ours = time_compzoo(a, problem, steps)
+            for side, timed in (*pair, *pair[::-1]):
+                glm_engine.settle()
+                job[side].append(timed())
             glm_engine.settle()
             loop = time_loop(lambda a=a, m=m, k=k: loop_for(problem, m, a, k, steps), steps)
             glm_engine.settle()
-            vec = time_loop(lambda a=a, m=m, k=k: vec_for(problem, m, a, k, steps, data), steps)
-            glm_engine.settle()
-            floor = time_compzoo(a, free, steps)
-            job["t"].append((ours, loop, floor, vec))
+            job["t"].append((loop, time_compzoo(a, free, steps)))
     layouts = storage_costs(path, dtype, steps, repeats) if dtype == "float64" else {}
     rows = []
     for job in jobs:
-        ours, loop, floor, vec = (statistics.median(c) for c in zip(*job["t"], strict=True))
+        loop, floor = (statistics.median(c) for c in zip(*job["t"], strict=True))
+        ours, vec = statistics.median(job["ours"]), statistics.median(job["vec"])
         rows.append(
             {
                 "dataset": name,
@@ -356,7 +369,7 @@ def bench_set(path: Path, name: str, dtype: str, steps: int, repeats: int) -> li
 
 
 def run(quick: bool = False, device: str = "cpu", datasets=DATASETS, track=None) -> list[dict]:
-    """Every set of ``datasets`` found, in float64 and float32: 500 steps a timing, median of 3
+    """Every set of ``datasets`` found, in float64 and float32: 500 steps a timing, 3 rounds
     (with ``quick``: float64 only, 25 steps). A set that is absent gives a ``skipped`` row.
     ``track`` (:class:`benchmarks.progress.Tracker`) hears of each (set, dtype) as a case."""
     if device != "cpu":
