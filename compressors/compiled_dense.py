@@ -75,8 +75,8 @@ def absmax(x: torch.Tensor) -> torch.Tensor:
 
 
 def threshold_encode(x: torch.Tensor, lam: float):
-    """``keep = not |x| < lam`` (``lam`` in ``x``'s dtype), ``values = where(keep, x, 0)`` and
-    the number kept per row."""
+    """``keep = not |x| < lam`` (``lam`` in ``x``'s dtype), ``values = where(keep, x, 0)``,
+    the number kept per row and a copy of ``values`` (:func:`threshold_rows`)."""
     x = x.detach().contiguous()
     # lam rounded to x's dtype, then widened (exactly): the same comparisons in float64
     lam = float(x.numpy().dtype.type(lam))
@@ -86,15 +86,18 @@ def threshold_encode(x: torch.Tensor, lam: float):
 def threshold_rows(x: torch.Tensor, t: torch.Tensor):
     """:func:`threshold_encode` with a threshold per row, ``t`` ``(m,)`` float64: ``keep = not
     |x| < t`` compared in float64 (every float32 or float64 ``|x_j|`` is exact there; a NaN
-    threshold keeps the whole row)."""
+    threshold keeps the whole row). Returns ``(keep, values, nnz, rows)``: ``rows``, written in
+    the same pass, equals ``values`` in fresh memory, what the compressor's decode would copy
+    (a decode reads and writes the row, the extra write costs a third of that)."""
     x = x.detach().contiguous()
     keep = torch.empty(x.shape, dtype=torch.bool)
-    values = torch.empty_like(x)
+    values, rows = torch.empty_like(x), torch.empty_like(x)
     part = torch.empty(x.shape[0], _tasks(x.shape[1], CHUNK), dtype=torch.int64)
     t = t.detach().to(torch.float64).contiguous()
     zero = x.numpy().dtype.type(0)
-    launch(_threshold_rows, x.numpy(), t.numpy(), zero, keep.numpy(), values.numpy(), part.numpy())
-    return keep, values, part.sum(dim=1)
+    args = (x.numpy(), t.numpy(), zero, keep.numpy(), values.numpy(), rows.numpy())
+    launch(_threshold_rows, *args, part.numpy())
+    return keep, values, part.sum(dim=1), rows
 
 
 def rows_or_zero(x: torch.Tensor, sent: torch.Tensor):
@@ -280,19 +283,21 @@ if numba is not None:
         return task // tasks, c0, min(d, c0 + CHUNK)
 
     @_pjit
-    def _threshold_rows(x, t, zero, keep, values, part):
+    def _threshold_rows(x, t, zero, keep, values, rows, part):
         m, d = x.shape
         tasks = part.shape[1]
         for task in numba.prange(m * tasks):
             r, c0, c1 = _span(task, tasks, d)
-            xr, kr, vr = x[r, c0:c1], keep[r, c0:c1], values[r, c0:c1]
+            xr, kr, vr, rr = x[r, c0:c1], keep[r, c0:c1], values[r, c0:c1], rows[r, c0:c1]
             lam = t[r]
             cnt = 0
             for i in range(xr.size):
                 v = xr[i]
                 small = np.float64(abs(v)) < lam
                 kr[i] = not small
-                vr[i] = zero if small else v
+                w = zero if small else v
+                vr[i] = w
+                rr[i] = w
                 cnt += not small
             part[r, task % tasks] = cnt
 

@@ -97,12 +97,14 @@ class Threshold(Compressor):
 
     # ---------------------------------------------------------------- the operator
     def _encode(self, x_i: torch.Tensor, rng: Streams) -> Packet:
-        if compiled_dense.serves(x_i):  # the same payload in one pass
-            keep, values, nnz = compiled_dense.threshold_encode(x_i, self.lam)
-        else:
-            keep = ~(x_i.abs() < self.lam)
-            values = torch.where(keep, x_i, torch.zeros((), dtype=x_i.dtype, device=x_i.device))
-            nnz = keep.sum(dim=1)
+        if compiled_dense.serves(x_i):  # the same payload in one pass, and the decoded rows
+            keep, values, nnz, rows = compiled_dense.threshold_encode(x_i, self.lam)
+            nbits = self.row_bits(nnz, x_i.shape[1])
+            packet = self._packet(x_i, nbits, {"keep", "values"}, keep=keep, values=values)
+            return self._keep_rows(packet, rows)
+        keep = ~(x_i.abs() < self.lam)
+        values = torch.where(keep, x_i, torch.zeros((), dtype=x_i.dtype, device=x_i.device))
+        nnz = keep.sum(dim=1)
         nbits = self.row_bits(nnz, x_i.shape[1])
         return self._packet(x_i, nbits, {"keep", "values"}, keep=keep, values=values)
 

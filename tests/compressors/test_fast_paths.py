@@ -370,7 +370,28 @@ def test_threshold(lam, index, dtype):
     assert torch.equal(p.fields["keep"], torch.from_numpy(keep))
     assert _same(p.fields["values"], values)
     assert torch.equal(p.nbits, torch.from_numpy(nbits))
+    _decodes_to_fresh_rows(C, p, values)
+
+
+def _decodes_to_fresh_rows(C, p, values):
+    """The first decode (the rows the encoder wrote beside the payload) and a second one
+    (afresh) both give ``values``, the first in memory of its own that the caller may change."""
+    out = C.decode(p)
+    assert _same(out, values) and out.data_ptr() != p.fields["values"].data_ptr()
+    out.fill_(1.0)
+    assert _same(p.fields["values"], values)
     assert _same(C.decode(p), values)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_sidco_decodes_the_rows_its_encoder_wrote(dtype):
+    C = SIDCo(ratio=0.05)
+    x = _rows(2, 2 * 32768 + 11, dtype, 3)
+    p = C.encode(x, 0)
+    t = C.thresholds(x)
+    keep = ~(x.double().abs() < t[:, None])
+    assert torch.equal(p.fields["keep"], keep) and 0 < int(keep.sum()) < x.numel() // 10
+    _decodes_to_fresh_rows(C, p, torch.where(keep, x, torch.zeros((), dtype=dtype)))
 
 
 # ---------------------------------------------------------------- against the torch forms
