@@ -15,8 +15,9 @@ compzoo and the vectorized script, the two the target compares, are timed back t
 orders in each round (compzoo, script, script, compzoo; the next round the other way round),
 so that a slow phase of the machine lasting a second or more falls on both rather than on one:
 their medians are of ``2 REPEATS`` timings, the loop's and the floor's of ``REPEATS``.
-(Timed as the loop, the script, the floor in turn, with the slow loop between compzoo and the
-script, one round could put a 1.5-2x slower phase of this shared machine on one side only.)
+(Timed as compzoo, the loop, the script and the floor in turn, with the slow loop between the
+two compared, a round could put one of this shared machine's phases 1.5-2x slower than the rest
+on one side only.)
 
 * compzoo: ``steps`` calls of ``algo.step`` after an untimed ``init`` (the runner's code path:
   the problem built by ``problems.registry.make_problem``, the method, ``SimulatedComm``; no
