@@ -22,7 +22,7 @@ import torch
 from comm import SimulatedComm
 from compressors import compiled_dense, compiled_fwht
 from compressors.bernoulli import Bernoulli
-from compressors.fosgd import FOSGD, _dither_streams, fwht, padded_dim
+from compressors.fosgd import FOSGD, _dither_streams, fwht, fwht_staged, padded_dim
 from compressors.grid_round import GridRound
 from compressors.scaled_sign import ScaledSign
 from compressors.sidco import SIDCo
@@ -112,6 +112,7 @@ def test_fwht_is_the_stage_by_stage_transform(dtype):
         assert _same(fwht(x), want), k
         with _torch_form():
             assert _same(fwht(x), want), k
+        assert _same(fwht_staged(x.clone()), want), k  # the torch form, called directly
         assert _same(fwht(x[1]), want[1])  # one vector; the input is left as it was
         assert _same(x, _rows(3, 1 << k, dtype, k))
 
