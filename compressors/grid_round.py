@@ -13,12 +13,25 @@ from compressors.base import Compressor, Packet, ceil_log2, check_float_bits
 from compressors.bitpack import BitReader, BitWriter, read_elias_levels, write_elias_levels
 from compressors.dithering import elias_payload_bits
 from compressors.nonfinite import saturate
-from compressors.threshold import kept_first
 from streams import Streams
 
 ROUNDINGS = ("deterministic", "random")
 ESCAPE_BITS = 24  # levels with |l| >= 2^24 - 1 (and non-finite entries) travel as raw values
 ESCAPE = 1 << ESCAPE_BITS  # the level code that marks a raw value
+
+
+def _slots(n_esc: torch.Tensor, K: int) -> torch.Tensor:
+    """``(m, K)``: True at the first ``n_esc[r]`` entries of row ``r``."""
+    return torch.arange(K, device=n_esc.device)[None, :] < n_esc[:, None]
+
+
+def _compact(values: torch.Tensor, n_esc: torch.Tensor) -> torch.Tensor:
+    """The payload's ``raw``: ``(m, K)``, ``K = max n_esc``, row ``r`` holding its ``n_esc[r]``
+    escaped values (``values``, all rows' in row-major order) first, then zeros."""
+    K = int(n_esc.max()) if n_esc.numel() else 0
+    raw = torch.zeros(n_esc.numel(), K, dtype=values.dtype, device=values.device)
+    raw[_slots(n_esc, K)] = values
+    return raw
 
 
 @dataclass(frozen=True)
@@ -112,20 +125,23 @@ class GridRound(Compressor):
             low = torch.floor(q)
             level = low + (rng.uniform(d, dtype=torch.float64) < q - low).to(torch.float64)
         level = level.to(torch.int32)  # |level| < 2^24
-        raw = torch.where(esc, x_i, torch.zeros((), dtype=x_i.dtype, device=x_i.device))
+        n_esc = esc.sum(dim=1)
+        raw = _compact(x_i[esc], n_esc)
         code = torch.where(esc, ESCAPE, level.abs())
-        nbits = ceil_log2(d + 1) + esc.sum(dim=1) * self.float_bits + elias_payload_bits(code)
+        nbits = ceil_log2(d + 1) + n_esc * self.float_bits + elias_payload_bits(code)
         return self._packet(
             x_i, nbits, {"levels", "escaped", "raw"}, levels=level, escaped=esc, raw=raw
         )
 
     def _decode(self, packet: Packet) -> torch.Tensor:
         f = packet.fields
-        if compiled_dense.serves(f["raw"]):
+        if compiled_dense.serves(f["levels"], f["raw"].dtype):
             return compiled_dense.round_decode(f["levels"], f["escaped"], f["raw"], self.h)
         y64 = f["levels"].to(torch.float64) * float(self.h)
         y = saturate(y64.to(packet.dtype), y64, packet.dtype)
-        return torch.where(f["escaped"], f["raw"], y)
+        esc, raw = f["escaped"], f["raw"]
+        y[esc] = raw[_slots(esc.sum(dim=1), raw.shape[1])]
+        return y
 
     # ---------------------------------------------------------------- the wire form
     def _write(self, packet: Packet, w: BitWriter) -> None:
@@ -133,7 +149,7 @@ class GridRound(Compressor):
         esc = f["escaped"]
         n_esc = esc.sum(dim=1)
         w.uint(n_esc[:, None], ceil_log2(d + 1))
-        w.floats(torch.gather(f["raw"], 1, kept_first(esc)), count=n_esc)
+        w.floats(f["raw"], count=n_esc)
         code = torch.where(esc, ESCAPE, f["levels"].abs())
         write_elias_levels(w, code, f["levels"] < 0)
 
@@ -143,15 +159,11 @@ class GridRound(Compressor):
         n_esc = rd.uint(1, ceil_log2(d + 1))[:, 0]
         if r and bool((n_esc > d).any()):
             raise ValueError(f"a row claims more than d={d} escaped entries: corrupt data")
-        vals = rd.floats(d, dtype, count=n_esc)
+        raw = rd.floats(int(n_esc.max()) if r else 0, dtype, count=n_esc)
         code, neg = read_elias_levels(rd, d)
         esc = code == ESCAPE
         if r and bool((code > ESCAPE).any() or (esc.sum(dim=1) != n_esc).any()):
             raise ValueError("escaped entries do not match their count: corrupt data")
-        slot = torch.arange(d, device=rd.device)[None, :] < n_esc[:, None]
-        rows = torch.arange(r, device=rd.device)[:, None].expand(r, d)[slot]
-        raw = torch.zeros(r, d, dtype=dtype, device=rd.device)
-        raw[rows, kept_first(esc)[slot]] = vals[slot]
         level = torch.where(esc, 0, torch.where(neg, -code, code)).to(torch.int32)
         nbits = ceil_log2(d + 1) + n_esc * self.float_bits + elias_payload_bits(code)
         return self._rebuilt(like, r, nbits, levels=level, escaped=esc, raw=raw)

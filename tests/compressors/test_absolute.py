@@ -112,6 +112,33 @@ def test_grid_rounding_bits_are_recounted_entry_by_entry_escapes_included():
                                                                dtype=torch.float64))  # fmt: skip
 
 
+@pytest.mark.parametrize("d", [7, 1 << 16])  # the torch form, the compiled one
+def test_grid_rounding_sends_each_rows_escaped_values_in_turn(d):
+    """``raw`` holds row ``r``'s escaped values in column order, then zeros, as wide as the row
+    with the most; decode and the wire put each back in its place."""
+    c = parse_spec("round:h=0.5")
+    x = torch.zeros(3, d, dtype=torch.float32)
+    x[0, [1, d - 1]] = torch.tensor([2.0**40, -(2.0**35)])
+    x[2, [0, 3, 5]] = torch.tensor([float("inf"), 2.0**32, float("nan")])
+    x[1, 2], x[2, 4] = 2.6, -1.2  # on the grid
+    p = c.encode(x, 0)
+    raw = p.fields["raw"]
+    assert raw.shape == (3, 3) and p.fields["escaped"].sum(dim=1).tolist() == [2, 0, 3]
+    assert raw[0].tolist()[:2] == [2.0**40, -(2.0**35)] and raw[0, 2] == 0 and (raw[1] == 0).all()
+    assert raw[2, 0] == float("inf") and raw[2, 1] == 2.0**32 and math.isnan(float(raw[2, 2]))
+    want = torch.zeros(3, d)
+    want[0, [1, d - 1]] = torch.tensor([2.0**40, -(2.0**35)])
+    want[2, [0, 3, 5]] = torch.tensor([float("inf"), 2.0**32, float("nan")])
+    want[1, 2], want[2, 4] = 2.5, -1.0
+    for y in (c.decode(p), c.decode(c.from_bytes(*c.to_bytes(p), p, torch.arange(3)))):
+        assert torch.equal(y.isnan(), want.isnan())
+        assert torch.equal(y.nan_to_num(0.0), want.nan_to_num(0.0))
+    none = c.encode(torch.full((2, d), 0.3), 0)  # nothing escapes: no column
+    assert none.fields["raw"].shape == (2, 0)
+    assert torch.equal(c.decode(c.from_bytes(*c.to_bytes(none), none, torch.arange(2))),
+                       torch.full((2, d), 0.5))  # fmt: skip
+
+
 def test_methods_needing_absolute_compressors_refuse_others():
     check_compressor("EC", "absolute", parse_spec("threshold"), 10, force=False)
     with pytest.raises(ValueError, match="needs an absolute compressor"):

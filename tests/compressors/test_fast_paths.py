@@ -206,7 +206,10 @@ def ref_round(x: torch.Tensor, h: float, rounding: str, rng: Streams):
         u = rng.uniform(d, dtype=torch.float64).numpy()
         level = np.floor(q) + (u < q - np.floor(q))
     level = level.astype(np.int32)  # |level| < 2^24
-    raw = torch.where(torch.from_numpy(esc), x, torch.zeros((), dtype=x.dtype))
+    n_esc = esc.sum(axis=1)
+    raw = torch.zeros(m, int(n_esc.max()), dtype=x.dtype)  # each row's escaped values, then 0
+    for r in range(m):
+        raw[r, : n_esc[r]] = x[r, torch.from_numpy(np.flatnonzero(esc[r]))]
     code = np.where(esc, 1 << 24, np.abs(level))
     nbits = []
     for r in range(m):
@@ -219,7 +222,7 @@ def ref_round(x: torch.Tensor, h: float, rounding: str, rng: Streams):
     y = torch.from_numpy(y64).to(x.dtype)
     big = torch.finfo(x.dtype).max
     y = torch.where(torch.from_numpy(np.isfinite(y64)), y.clamp(-big, big), y)
-    out = torch.where(torch.from_numpy(esc), raw, y)
+    out = torch.where(torch.from_numpy(esc), x, y)
     return torch.from_numpy(level), torch.from_numpy(esc), raw, torch.tensor(nbits), out
 
 
