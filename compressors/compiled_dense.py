@@ -145,8 +145,9 @@ def round_encode(x: torch.Tensor, h: float, keys, random: bool, escape: int):
     escaped entries and the Elias bits of the codes (``escape`` for an escaped entry, else
     ``|level|``). ``raw`` is ``(m, K)``, ``K`` the most escaped entries of a row: row ``r``'s
     escaped values in column order, then zeros. A dense ``(m, d)`` ``raw``, zero but for the
-    rare escaped entries, took 9.6 ms to make at ``d = 2.5e7`` float32 (zeroed memory), a
-    quarter of the encode and decode."""
+    rare escaped entries, took up to 9.6 ms to make at ``d = 2.5e7`` float32, a quarter of the
+    encode and decode: zeroed memory is free where the heap hands out pages never touched, a
+    ``memset`` where it reuses freed ones."""
     x = x.detach().contiguous()
     m, d = x.shape
     levels = torch.empty(m, d, dtype=torch.int32)  # |level| < 2^24: half the bytes of int64

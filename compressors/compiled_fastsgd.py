@@ -22,7 +22,7 @@ in a row). ``M b^-q`` in decode takes ``b^-q`` from its exponent for ``b = 2^s``
 the table :func:`powers` that the torch form reads too.
 """
 
-# built against compressors/compiled_dense.py a375adb681728c49
+# built against compressors/compiled_dense.py 5061c88c099b56bc
 # built against streams/compiled.py e68a8988580009b7
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ stages on it at once; the quantization pass draws the dither the same way. Decod
 ``+-1`` from the bits, transforms, and writes ``D H q / sqrt(n)``, scaled and clamped.
 """
 
-# built against compressors/compiled_dense.py a375adb681728c49
+# built against compressors/compiled_dense.py 5061c88c099b56bc
 # built against compressors/compiled_fastsgd.py da0fd06c6197d73b
 # built against streams/compiled.py e68a8988580009b7
 

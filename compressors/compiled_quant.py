@@ -13,7 +13,7 @@ mantissa bits), ``frexp`` gives ``mant = (1 + M 2^-p) / 2``, so the rule "round 
 for float32, 53 for float64); the result keeps the exponent field ``E`` or takes ``E + 1``.
 """
 
-# built against compressors/compiled_dense.py a375adb681728c49
+# built against compressors/compiled_dense.py 5061c88c099b56bc
 # built against compressors/compiled_fastsgd.py da0fd06c6197d73b
 # built against compressors/compiled_perm.py 98badd22cce111ea
 # built against streams/compiled.py e68a8988580009b7

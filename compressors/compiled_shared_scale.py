@@ -10,7 +10,7 @@ form's, operation for operation in the work dtype, so the payload and the output
 bits.
 """
 
-# built against compressors/compiled_dense.py a375adb681728c49
+# built against compressors/compiled_dense.py 5061c88c099b56bc
 # built against compressors/compiled_fastsgd.py da0fd06c6197d73b
 # built against compressors/compiled_perm.py 98badd22cce111ea
 # built against compressors/compiled_quant.py 98b2cd0a473884ea

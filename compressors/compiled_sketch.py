@@ -16,7 +16,7 @@ leaves the sum to torch. The bucket tables are read and written at random: the k
 about what a scatter-add and a gather of ``rows d`` entries into them cost.
 """
 
-# built against compressors/compiled_dense.py a375adb681728c49
+# built against compressors/compiled_dense.py 5061c88c099b56bc
 # built against compressors/compiled_fastsgd.py da0fd06c6197d73b
 # built against streams/compiled.py e68a8988580009b7
 
