@@ -120,7 +120,7 @@ def test_grid_rounding_sends_each_rows_escaped_values_in_turn(d):
     x = torch.zeros(3, d, dtype=torch.float32)
     x[0, [1, d - 1]] = torch.tensor([2.0**40, -(2.0**35)])
     x[2, [0, 3, 5]] = torch.tensor([float("inf"), 2.0**32, float("nan")])
-    x[1, 2], x[2, 4] = 2.6, -1.2  # on the grid
+    x[1, 2], x[2, 4] = 2.6, -1.2  # rounded to the grid: 2.5, -1.0
     p = c.encode(x, 0)
     raw = p.fields["raw"]
     assert raw.shape == (3, 3) and p.fields["escaped"].sum(dim=1).tolist() == [2, 0, 3]
