@@ -84,6 +84,7 @@ class SIDCo(Compressor):
     expected_bits = Threshold.expected_bits
     max_bits = Threshold.max_bits
     _decode = Threshold._decode
+    _kept_packet = Threshold._kept_packet
     _use_list = Threshold._use_list
     _write = Threshold._write
     _read = Threshold._read
@@ -159,13 +160,8 @@ class SIDCo(Compressor):
     def _encode(self, x_i: torch.Tensor, rng: Streams) -> Packet:
         if self._one_pass_fit(x_i):  # the same payload from two passes over x, and the rows
             t, _ = self._fit(x_i, keep_abs=False)
-            keep, values, nnz, rows = compiled_dense.threshold_rows(x_i, t)
-            nbits = self.row_bits(nnz, x_i.shape[1])
-            packet = self._packet(x_i, nbits, {"keep", "values"}, keep=keep, values=values)
-            return self._keep_rows(packet, rows)
+            return self._kept_packet(x_i, *compiled_dense.threshold_rows(x_i, t))
         t, a = self._fit(x_i)
         keep = torch.lt(a, t.to(a.device)[:, None]).logical_not_()
         values = torch.where(keep, x_i, torch.zeros((), dtype=x_i.dtype, device=x_i.device))
-        nnz = keep.sum(dim=1)
-        nbits = self.row_bits(nnz, x_i.shape[1])
-        return self._packet(x_i, nbits, {"keep", "values"}, keep=keep, values=values)
+        return self._kept_packet(x_i, keep, values, keep.sum(dim=1))

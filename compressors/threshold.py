@@ -98,15 +98,20 @@ class Threshold(Compressor):
     # ---------------------------------------------------------------- the operator
     def _encode(self, x_i: torch.Tensor, rng: Streams) -> Packet:
         if compiled_dense.serves(x_i):  # the same payload in one pass, and the decoded rows
-            keep, values, nnz, rows = compiled_dense.threshold_encode(x_i, self.lam)
-            nbits = self.row_bits(nnz, x_i.shape[1])
-            packet = self._packet(x_i, nbits, {"keep", "values"}, keep=keep, values=values)
-            return self._keep_rows(packet, rows)
+            return self._kept_packet(x_i, *compiled_dense.threshold_encode(x_i, self.lam))
         keep = ~(x_i.abs() < self.lam)
         values = torch.where(keep, x_i, torch.zeros((), dtype=x_i.dtype, device=x_i.device))
-        nnz = keep.sum(dim=1)
+        return self._kept_packet(x_i, keep, values, keep.sum(dim=1))
+
+    def _kept_packet(
+        self, x_i: torch.Tensor, keep: torch.Tensor, values: torch.Tensor, nnz: torch.Tensor,
+        rows: torch.Tensor | None = None,
+    ) -> Packet:  # fmt: skip
+        """The payload of the coordinates kept (``keep``, ``values``; ``nnz`` per row) with its
+        bits; ``rows``, the decoded rows where the encoder wrote them, go to the first decode."""
         nbits = self.row_bits(nnz, x_i.shape[1])
-        return self._packet(x_i, nbits, {"keep", "values"}, keep=keep, values=values)
+        packet = self._packet(x_i, nbits, {"keep", "values"}, keep=keep, values=values)
+        return packet if rows is None else self._keep_rows(packet, rows)
 
     def _decode(self, packet: Packet) -> torch.Tensor:
         return packet.fields["values"].clone()
