@@ -235,12 +235,14 @@ def test_freed_tensor_memory_is_reused_without_page_faults_unless_the_user_set_g
     allocations, the project's default): the kernel counts no page faults (``ru_minflt``) in
     most steps once the heap has reached its size. A threshold the user set (here the trim
     threshold, at glibc's own default) is kept, and then every such tensor is mapped and
-    faulted in afresh, at every step. Reuse is not certain at every step: an object allocated
+    faulted in afresh, at every step. Reuse is not certain at first: an object allocated
     above a tensor before it is freed keeps its chunk apart from the heap's top, and an
-    aligned request may not fit that chunk exactly. Measured over 10 steps in 25 processes:
-    the first step faulted 576-1,089 pages in, every later one at most 1; a clean checkout's
-    suite once saw 2 of 5 steps fault 544 each. Without the policy every step faulted about
-    544 pages in."""
+    aligned request may not fit that chunk exactly, so the tensor can land a little higher
+    each step until the heap holds room for it. Measured over 10 steps in 25 processes: the
+    first step faulted 576-1,089 pages in, every later one at most 1; on another day 12
+    processes faulted 544 pages in the first 0 to 5 of the 11 later steps, then none, and a
+    loaded suite once saw 6 of 11 fault. So the steady state is asserted, the last 12 of 23
+    steps. Without the policy every step faulted about 544 pages in."""
     import os
     import subprocess
 
@@ -251,7 +253,7 @@ def test_freed_tensor_memory_is_reused_without_page_faults_unless_the_user_set_g
         "import resource, streams, torch\n"
         "def make():\n"
         "    t = torch.empty(64 << 20, dtype=torch.uint8); t.fill_(1); return t\n"
-        "for _ in range(12):\n"
+        "for _ in range(24):\n"
         "    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt\n"
         "    t = make(); del t\n"
         "    print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)\n"
@@ -259,11 +261,11 @@ def test_freed_tensor_memory_is_reused_without_page_faults_unless_the_user_set_g
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     faults = [int(v) for v in out.stdout.split()][1:]  # the first step maps the heap
-    free = sum(f < 32 for f in faults)  # 64 MiB mapped afresh: 32 huge pages or more
+    free = [f < 32 for f in faults]  # 64 MiB mapped afresh: 32 huge pages or more
     if user_set:
-        assert free == 0, faults
+        assert not any(free), faults
     else:
-        assert free >= len(faults) // 2, faults
+        assert sum(free[-12:]) >= 11, faults  # the steady state
 
 
 @given(
