@@ -69,6 +69,11 @@ def _reuse_freed_memory() -> None:
 
 _reuse_freed_memory()
 
+# The vector width recorded for this machine (streams.vector_width), set before numba loads.
+from streams import vector_width  # noqa: E402
+
+vector_width.apply()
+
 # A command started with ``python -m`` stops cleanly on SIGINT/SIGTERM from here on, while the
 # imports below take their second or two (streams.interrupts).
 from streams import interrupts  # noqa: E402

@@ -255,8 +255,9 @@ EXERCISED: dict[str, Use] = {
         where="test_sharded_gloo_equals_the_simulation (tests/algorithms/test_decentralized.py):"
         " choco-sgd on a ring of 8 nodes over 2 gloo processes against the simulation",
     ),
-    'pip install torch==2.13.0 && pip install -e ".[dev]" && python -m compressors.warm && '
-    "python -m problems.warm && python -m algorithms.run marina --compressor randk": Use(
+    'pip install torch==2.13.0 && pip install -e ".[dev]" && python -m benchmarks.vector_width '
+    "&& python -m compressors.warm && python -m problems.warm && python -m algorithms.run marina "
+    "--compressor randk": Use(
         [*PY, "algorithms.run", "marina", "--compressor", "randk"], _check_marina
     ),
     "python -m pytest -q": Use(None, where=".ci/run runs it on a clean checkout"),
@@ -264,6 +265,11 @@ EXERCISED: dict[str, Use] = {
         None,
         where=".ci/run runs it before the suite; test_every_compressor_encodes_decodes_and_sums_"
         "in_both_dtypes (tests/compressors/test_warm.py) runs its command line on two compressors",
+    ),
+    "python -m benchmarks.vector_width": Use(
+        None,
+        where=".ci/run runs it before the warm-ups; test_the_calibration_times_both_widths_and_"
+        "records_its_choice (tests/test_vector_width.py, heavy) runs its command line",
     ),
     "python -m problems.warm": Use(
         None,
