@@ -143,19 +143,35 @@ def main(argv: list[str] | None = None) -> int:
         print(f"vector width: not chosen, {user[0]} is set (numba compiles for it as given)")
         return 0
     if vector_width.wide_features() is None:
-        path = vector_width.write(256, {})
-        print(f"vector width: 256 bits (no AVX-512 on this CPU); recorded in {path}")
-        return 0
+        return _record(256, {}, "no AVX-512 on this CPU")
     timings: dict[int, dict[str, float]] = {256: {}, 512: {}}
     for bits in tqdm(ORDER, desc="vector width", unit="probe", disable=args.quiet, file=sys.stderr):
-        for name, s in _run_probe(bits).items():
+        try:
+            got = _run_probe(bits)
+        except RuntimeError as e:  # the wider form cannot be used here: the default stands
+            if bits == 256:
+                print(f"error: {e}", file=sys.stderr)
+                return 1
+            return _record(256, {}, f"the 512-bit probe failed: {e}")
+        for name, s in got.items():
             timings[bits][name] = min(s, timings[bits].get(name, math.inf))
     bits, mean = choose(timings)
     rec = {str(k): v for k, v in timings.items()} | {"mean_512_over_256": mean}
-    path = vector_width.write(bits, rec)
     kernels = len(timings[256])
-    print(f"vector width: {bits} bits (512-bit time / 256-bit time, geometric mean over "
-          f"{kernels} kernels: {mean:.3f}; threshold {THRESHOLD}); recorded in {path}")  # fmt: skip
+    return _record(bits, rec, f"512-bit time / 256-bit time, geometric mean over {kernels} "
+                   f"kernels: {mean:.3f}; threshold {THRESHOLD}")  # fmt: skip
+
+
+def _record(bits: int, timings: dict, why: str) -> int:
+    """Write the record and say so (exit status 0), or name the file that could not be
+    written (1: the kernels then keep LLVM's own width)."""
+    try:
+        path = vector_width.write(bits, timings)
+    except OSError as e:
+        print(f"error: cannot write the vector-width record {vector_width.record_path()} ({e}); "
+              f"set {vector_width.RECORD_ENV} to a writable file", file=sys.stderr)  # fmt: skip
+        return 1
+    print(f"vector width: {bits} bits ({why}); recorded in {path}")
     return 0
 
 

@@ -95,6 +95,46 @@ def test_the_calibration_leaves_a_users_feature_string_alone(tmp_path):
     assert not path.exists()
 
 
+def test_a_record_that_cannot_be_written_is_named_without_a_traceback(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NUMBA_CPU", "COMPZOO_V"))}
+    env[vw.RECORD_ENV] = str(blocker / "rec.json")  # under a file: no folder can be made
+    code = "import sys; from benchmarks import vector_width as c; sys.exit(c._record(256, {}, 'x'))"
+    done = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True,
+                          text=True, timeout=120, check=False)  # fmt: skip
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert f"cannot write the vector-width record {blocker / 'rec.json'}" in done.stderr
+    assert vw.RECORD_ENV in done.stderr
+
+
+def test_a_failed_probe_keeps_the_default_width(tmp_path, monkeypatch, capsys):
+    path = tmp_path / "rec.json"
+    monkeypatch.setenv(vw.RECORD_ENV, str(path))
+    monkeypatch.delenv("NUMBA_CPU_FEATURES", raising=False)
+    monkeypatch.delenv("NUMBA_CPU_NAME", raising=False)
+    monkeypatch.setattr(vw, "APPLIED", [])
+    monkeypatch.setattr(vw, "wide_features", lambda: "+avx512f,-prefer-256-bit")
+
+    def probe(bits):
+        if bits == 512:
+            raise RuntimeError("the 512-bit probe failed:\nIllegal instruction")
+        return {"k": 1.0}
+
+    monkeypatch.setattr(calib, "_run_probe", probe)
+    assert calib.main(["--quiet"]) == 0
+    assert vw.read(path) == 256
+    assert "256 bits (the 512-bit probe failed" in capsys.readouterr().out
+
+    def broken(bits):
+        raise RuntimeError(f"the {bits}-bit probe failed:\nImportError")
+
+    path.unlink()
+    monkeypatch.setattr(calib, "_run_probe", broken)
+    assert calib.main(["--quiet"]) == 1
+    assert "error: the 256-bit probe failed" in capsys.readouterr().err and not path.exists()
+
+
 @pytest.mark.heavy
 def test_the_calibration_times_both_widths_and_records_its_choice(tmp_path):
     path = tmp_path / "rec.json"
