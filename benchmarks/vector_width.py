@@ -28,35 +28,23 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 
 from tqdm import tqdm
 
+from benchmarks.clock import median_seconds
 from streams import vector_width
 
 __all__ = ["THRESHOLD", "choose", "main", "probe"]
 
 #: The wider form must be at least this much faster (geometric mean of the time ratios).
 THRESHOLD = 0.95
-ROUNDS, MIN_S = 5, 0.05
+REPEATS = 25
 ORDER = (256, 512, 256, 512)
 
 
 def _timed(fn) -> float:
-    """Seconds per call: the median of :data:`ROUNDS` rounds, each of calls filling at least
-    :data:`MIN_S` seconds, after an untimed call."""
-    fn()
-    rounds = []
-    for _ in range(ROUNDS):
-        calls, t0 = 0, time.perf_counter()
-        while True:
-            fn()
-            calls += 1
-            dt = time.perf_counter() - t0
-            if dt >= MIN_S:
-                break
-        rounds.append(dt / calls)
-    return statistics.median(rounds)
+    """Seconds per call: the median of :data:`REPEATS` calls after an untimed one."""
+    return median_seconds(fn, REPEATS)
 
 
 def _glm(rows: int, dim: int, per_row: int | None, storage: str):

@@ -39,6 +39,7 @@ import numpy as np
 import torch
 
 from problems import cache
+from streams import vector_width
 
 log = logging.getLogger(__name__)
 
@@ -126,15 +127,7 @@ QUIET_LOAD = 0.5
 @functools.cache
 def machine() -> str:
     """The CPU model, the core count and the platform: what the memo is keyed by."""
-    model = platform.processor() or ""
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
+    model = vector_width.cpu()[0]
     return f"{model}|{os.cpu_count()}|{platform.machine()}|{platform.system()}"
 
 

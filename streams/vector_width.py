@@ -34,8 +34,8 @@ import platform
 import sys
 from pathlib import Path
 
-__all__ = ["APPLIED", "BITS", "ENV", "RECORD_ENV", "apply", "machine_key", "read", "record_path",
-           "write"]  # fmt: skip
+__all__ = ["APPLIED", "BITS", "ENV", "RECORD_ENV", "apply", "cpu", "machine_key", "read",
+           "record_path", "write"]  # fmt: skip
 
 BITS = (256, 512)
 ENV = "COMPZOO_VECTOR_BITS"
@@ -56,28 +56,30 @@ def record_path() -> Path:
     return Path(env) if env else Path.home() / ".cache" / "compzoo" / "vector-width.json"
 
 
-def _cpu_flags() -> tuple[str, str]:
-    """The CPU's model name and its feature flags, from ``/proc/cpuinfo`` where there is one."""
-    model, flags = platform.processor() or "", ""
+def cpu() -> tuple[str, str]:
+    """The CPU's model name (``/proc/cpuinfo``'s, else ``platform.processor()``) and its feature
+    flags (``/proc/cpuinfo``'s first list, else empty)."""
+    model, flags = "", ""
     try:
         with open("/proc/cpuinfo") as fh:
             for line in fh:
-                key = line.split(":", 1)[0].strip()
+                key, _, value = line.partition(":")
+                key = key.strip()
                 if key == "model name" and not model:
-                    model = line.split(":", 1)[1].strip()
+                    model = value.strip()
                 elif key in ("flags", "Features") and not flags:
-                    flags = line.split(":", 1)[1].strip()
+                    flags = value.strip()
                 if model and flags:
                     break
     except OSError:
         pass
-    return model, flags
+    return model or platform.processor() or "", flags
 
 
 def machine_key() -> str:
     """What a record is valid for: the CPU's model and feature flags, the platform, and the
     numba and llvmlite versions (which compile the kernels)."""
-    model, flags = _cpu_flags()
+    model, flags = cpu()
     try:
         from importlib.metadata import version
 
