@@ -52,7 +52,8 @@ DATA_KNOBS: dict[str, tuple[Any, str]] = {
     "max_dim": (MAX_DIM, "refuse a LIBSVM file whose d exceeds both this and its stored entries"),
     "storage": ("auto", "gradients' engine: auto (the fastest, measured on this machine and data "
                 "and memoised; small data: dense above 1/4 non-zeros), dense, csr (compiled "
-                "kernels), dense-torch, csr-torch (torch's products), csr-scipy, csc-scipy "
+                "kernels; dense rows whose non-zeros share one value are read as bytes), "
+                "dense-torch, csr-torch (torch's products), csr-scipy, csc-scipy "
                 "(SciPy's sparse products), dense-numpy (NumPy's BLAS on a padded stack), csc "
                 "(compiled kernel on each node's rows by columns)"),
     "threads": ("auto", "threads of the gradients: auto (measured with the engine: 1 or torch's "
@@ -209,7 +210,7 @@ class GLM(Problem):
         # (block-)sparse and dense products do; which engine runs is chosen below.
         self._compiled = glm_kernels.available(self.KERNEL_LOSS, dt, self.device)
         self._scipy_ok = self.device.type == "cpu" and dt in (torch.float32, torch.float64)
-        self._Ad = None
+        self._Ad = self._kbin_memo = None
         self._server = None if server is None else self._server_data(*server)
         self._threads_opt = threads
         self._choose_engine(storage, threads)
@@ -240,7 +241,7 @@ class GLM(Problem):
                self._A64.indptr, self._A64.indices, self._A64.data)  # fmt: skip
         self._use_engine(*glm_engine.choose(key, options, apply))
         if not self.dense:
-            self._Ad = None  # a dense copy made for the measurement
+            self._Ad = self._kbin_memo = None  # dense copies made for the measurement
 
     def _use_engine(self, engine: str, threads: int | None) -> None:
         """Switch the gradients to ``engine`` on ``threads`` (None: torch's count)."""
@@ -261,12 +262,22 @@ class GLM(Problem):
             self._Ad = torch.from_numpy(self._A64.toarray()).to(self.device, self.dtype)
         csr = (self._crow, self._col, self._val)
         self._kdata = None  # the kernels' view of the data (host arrays): where they serve
+        self._kbin = None  # dense rows of one non-zero value as bytes (the full gradients')
         if self._compiled:
             self._kdata = glm_kernels.pack(self._Ad if self.dense else None, csr, self.d)
+            if engine == "dense":
+                self._kbin = self._binary_rows()
         self.threads = threads
         shown = threads if threads is not None else torch.get_num_threads()
         self.engine = glm_engine.describe(engine, shown)
         self._select()
+
+    def _binary_rows(self) -> tuple | None:
+        """:func:`problems.glm_kernels.pack_binary` of the dense rows, made once (the rows
+        and their dtype do not change; the engine's measurement switches to dense often)."""
+        if self._kbin_memo is None:
+            self._kbin_memo = (glm_kernels.pack_binary(self._kdata[0]),)
+        return self._kbin_memo[0]
 
     def use_engine(self, choice: str) -> None:
         """Run the gradients on ``choice``, ``NAME/THREADS`` as :attr:`engine` names it (the
@@ -586,7 +597,10 @@ class GLM(Problem):
             return torch.from_numpy(G)
         if rows is not None:
             krows, kptr = rows.numpy(), ptr.numpy()
-        G = glm_kernels.grad_arrays(self._kdata, b, krows, kptr, self._kernel_array(X), R, code, Yn)
+        data, scale = self._kdata, 1.0
+        if self._kbin is not None:  # dense rows of one value: their bytes, a quarter the reads
+            data, scale = self._kbin[:1], self._kbin[1]
+        G = glm_kernels.grad_arrays(data, b, krows, kptr, self._kernel_array(X), R, code, Yn, scale)
         return torch.from_numpy(G)
 
     def _reg_grad_array(self, X: torch.Tensor) -> np.ndarray:

@@ -34,9 +34,10 @@ __all__ = ["CASES", "POINTS", "warm"]
 
 #: ``(rows layout, storage)``: dense rows on the dense kernel, binary and valued sparse rows on
 #: the CSR kernel and by columns (binary rows are read without their values: another compiled
-#: loop).
+#: loop), and binary rows on the dense kernel (which reads them as bytes: another compiled
+#: form).
 CASES = (("dense", "dense"), ("binary", "csr"), ("valued", "csr"), ("binary", "csc"),
-         ("valued", "csc"))  # fmt: skip
+         ("valued", "csc"), ("binary", "dense"))  # fmt: skip
 #: Point counts of the batched gradients: one, and every width of the batched kernels.
 POINTS = (1, *glm_lanes.WIDTHS)
 NODES, ROWS, DIM = 4, 6, 10

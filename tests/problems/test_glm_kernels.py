@@ -172,6 +172,59 @@ def test_binary_features_are_read_without_their_values(dtype, monkeypatch):
     torch.testing.assert_close(fast.grad(X, batch), slow.grad(X, batch), **tol)
 
 
+def _one_value(value: float, seed: int = 5):
+    """Sparse rows whose non-zeros all equal ``value`` (phishing's form: 1/sqrt(30))."""
+    A, b = _data(False, seed=seed)
+    return sp.csr_matrix((np.full_like(A.data, value), A.indices, A.indptr), shape=A.shape), b
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("value", [1.0, 0.18257])
+def test_dense_rows_of_one_value_are_read_as_bytes(dtype, value, monkeypatch):
+    """Dense rows whose non-zeros share one value ``c`` are read as 0/1 bytes scaled by ``c``
+    (:func:`problems.glm_kernels.pack_binary`): the full gradient, the difference of two and
+    the minibatch gradient match the rows read as floats to rounding (the products are the
+    same when ``c`` is 1, but the compiler may group a vectorised sum of bytes differently
+    from one of floats: at 512 bits it did)."""
+    A, b = _one_value(value)
+    fast = LogRegNonconvex(A, b, COUNTS, lam=0.1, dtype=dtype, storage="dense")
+    B, c = fast._kbin
+    assert B.dtype == np.uint8 and B.shape == A.shape
+    assert c == fast._kdata[0].dtype.type(value)
+    assert np.array_equal(B, (A.toarray() != 0).astype(np.uint8))
+    floats = LogRegNonconvex(A, b, COUNTS, lam=0.1, dtype=dtype, storage="dense")
+    floats._kbin = None
+    gen = torch.Generator().manual_seed(3)
+    X, Y = (torch.randn(4, fast.d, generator=gen, dtype=torch.float64).to(dtype) for _ in "XY")
+    batch = fast.sample(SimulatedComm(4, seed=0).rng(1), 5)
+    pairs = [(fast.grad(p), floats.grad(p)) for p in (X, X[0])]
+    pairs += [(fast.grad_diff(X, Y), floats.grad_diff(X, Y))]
+    pairs += [(fast.grad(X, batch), floats.grad(X, batch))]
+    f64 = dtype == torch.float64
+    tol = dict(rtol=1e-13, atol=1e-15) if f64 else dict(rtol=1e-5, atol=1e-7)
+    for got, want in pairs:
+        torch.testing.assert_close(got, want, **tol)
+    with monkeypatch.context() as m:  # and the torch path agrees
+        m.setattr(glm.glm_kernels, "available", lambda *a: False)
+        slow = LogRegNonconvex(A, b, COUNTS, lam=0.1, dtype=dtype, storage="dense")
+    tol = dict(rtol=1e-11, atol=1e-13) if dtype == torch.float64 else dict(rtol=2e-5, atol=2e-6)
+    torch.testing.assert_close(fast.grad(X), slow.grad(X), **tol)
+
+
+def test_the_bytes_form_is_only_for_rows_of_one_finite_value():
+    dense = np.array([[0.0, 2.0, 2.0], [2.0, 0.0, 0.0]])
+    B, c = glm_kernels.pack_binary(dense)
+    assert c == 2.0 and B.tolist() == [[0, 1, 1], [1, 0, 0]]
+    assert glm_kernels.pack_binary(np.array([[0.0, 2.0], [3.0, 0.0]])) is None
+    assert glm_kernels.pack_binary(np.zeros((2, 3))) is None
+    assert glm_kernels.pack_binary(np.array([[np.inf, 0.0], [np.inf, np.inf]])) is None
+    assert glm_kernels.pack_binary(np.array([[-1.0, 0.0], [-1.0, -1.0]]))[1] == -1.0
+    A, b = _data(False, seed=4)  # values of many kinds: the floats are read
+    assert LogRegNonconvex(A, b, COUNTS, lam=0.1, storage="dense")._kbin is None
+    A, b = _one_value(1.0)  # sparse rows on the CSR kernel: no dense bytes
+    assert LogRegNonconvex(A, b, COUNTS, lam=0.1, storage="csr")._kbin is None
+
+
 def _np_values(p) -> np.ndarray:
     return p._val.numpy()
 

@@ -32,7 +32,7 @@ def test_every_case_runs_every_kind_of_call(monkeypatch, capsys):
 
         monkeypatch.setattr(LogRegNonconvex, name, spy)
     assert warm.main(["--quiet"]) == 0
-    assert "compiled the GLM kernels of 10 cases" in capsys.readouterr().out
+    assert "compiled the GLM kernels of 12 cases" in capsys.readouterr().out
     kinds = {"grad", "grad_diff", "loss", "node_loss", "grad_points", "loss_grad_points"}
     for engine in ("dense", "csr", "csc"):
         for dt in glm_kernels.DTYPES:
@@ -44,6 +44,10 @@ def test_every_case_runs_every_kind_of_call(monkeypatch, capsys):
     for kernel in ("_dense_grad", "_sparse_grad", "_csc_grad", "_dense_points", "_sparse_points",
                    "_dense_margins", "_sparse_margins"):  # fmt: skip
         assert _dtypes(getattr(glm_kernels, kernel)) == both, kernel
+    # the dense kernel on binary rows as bytes (glm_kernels.pack_binary), in both dtypes
+    on_bytes = {sig[-1].dtype for sig in glm_kernels._dense_grad.overloads
+                if sig[0].dtype == numba.uint8}  # fmt: skip
+    assert on_bytes == both
 
 
 def test_without_numba_it_says_there_is_nothing_to_compile(monkeypatch, capsys):
