@@ -8,6 +8,8 @@ cache for that width) times a few of the project's kernels on inputs of the pape
 * the GLM gradients of logistic regression at one point on dense rows (phishing's shape, the
   ``dense`` engine) and on binary sparse rows by columns (w8a's shape, the ``csc`` engine), and
   at 12 points at once on those sparse rows (a batch of runs: the ``lanes`` kernel), float64;
+  and on a small set's binary rows by columns in float32 (mushrooms' shape: a gradient of a
+  tenth of a millisecond, where a wider form's longer set-up of each loop counts the most);
 * encode + decode of one float32 row of 2^22 entries by QSGD, natural dithering, FastSGD and
   3LC (a random draw per entry, and the bit-level work of the other quantizers).
 
@@ -47,7 +49,7 @@ def _timed(fn) -> float:
     return median_seconds(fn, REPEATS)
 
 
-def _glm(rows: int, dim: int, per_row: int | None, storage: str):
+def _glm(rows: int, dim: int, per_row: int | None, storage: str, dtype: str = "float64"):
     """A logistic-regression problem on 20 nodes: dense rows, or binary sparse rows with
     ``per_row`` entries each."""
     import numpy as np
@@ -68,7 +70,8 @@ def _glm(rows: int, dim: int, per_row: int | None, storage: str):
     b = np.where(rng.random(rows) < 0.5, -1.0, 1.0)
     counts = np.full(20, rows // 20)
     A, b = A[: counts.sum()], b[: counts.sum()]
-    return LogRegNonconvex(A, b, counts, lam=0.1, dtype=torch.float64, storage=storage)
+    dt = getattr(torch, dtype)
+    return LogRegNonconvex(A, b, counts, lam=0.1, dtype=dt, storage=storage)
 
 
 def probe() -> dict[str, float]:
@@ -81,7 +84,8 @@ def probe() -> dict[str, float]:
     out = {}
     dense = _glm(11_040, 68, None, "dense")
     sparse = _glm(49_740, 300, 12, "csc")
-    for name, p in (("glm dense", dense), ("glm csc", sparse)):
+    small = _glm(8_120, 112, 21, "csc", "float32")
+    for name, p in (("glm dense", dense), ("glm csc", sparse), ("glm csc small float32", small)):
         x = torch.linspace(-0.1, 0.1, p.d, dtype=p.dtype)
         out[name] = _timed(lambda p=p, x=x: p.grad(x))
     sparse.points_engine = "lanes"  # the batched kernel itself, not the engine measured best

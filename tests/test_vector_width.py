@@ -149,8 +149,8 @@ def test_the_calibration_times_both_widths_and_records_its_choice(tmp_path):
         assert rec["timings"] == {}
         return
     times = {int(k): rec["timings"][k] for k in ("256", "512")}
-    names = {"glm dense", "glm csc", "glm lanes, 12 points", "qsgd", "natural-dithering",
-             "fastsgd", "3lc"}  # fmt: skip
+    names = {"glm dense", "glm csc", "glm csc small float32", "glm lanes, 12 points", "qsgd",
+             "natural-dithering", "fastsgd", "3lc"}  # fmt: skip
     assert set(times[256]) == set(times[512]) == names
     assert all(0 < s < 1 for t in times.values() for s in t.values())
     bits, mean = calib.choose(times)
