@@ -400,7 +400,12 @@ class GLM(Problem):
             # the full gradient's arrays as the kernels take them (_kernel_grad)
             self._kfull = (self._b.numpy(), self._krows.numpy(), self._ptr.numpy(),
                            glm_kernels.LOSSES[self.KERNEL_LOSS])  # fmt: skip
-            self._kcsc = None
+            self._kcsc = self._kcols = None
+            if self.dense:  # the full gradients' margins read the rows by columns as well:
+                # (the rows by columns, the rows, the value of every non-zero or 1)
+                A, c = (self._kdata[0], 1.0) if self._kbin is None else self._kbin
+                if A.nbytes <= glm_kernels.COLUMNS_MAX_BYTES:
+                    self._kcols = (glm_kernels.pack_columns(A, *self._kfull[1:3]), A, c)
             if self._csc:  # the held rows by columns, node by node: the transposed design
                 Bt = self._block_design(rows, local)[1].T.tocsr()
                 b, krows, kptr = self._kfull[:3]
@@ -597,6 +602,11 @@ class GLM(Problem):
             return torch.from_numpy(G)
         if rows is not None:
             krows, kptr = rows.numpy(), ptr.numpy()
+        if rows is None and self._kcols is not None:
+            T, A, c = self._kcols
+            G = glm_kernels.grad_cols_arrays(T, A, b, krows, kptr, self._kernel_array(X), R,
+                                             code, Yn, c)  # fmt: skip
+            return torch.from_numpy(G)
         data, scale = self._kdata, 1.0
         if self._kbin is not None:  # dense rows of one value: their bytes, a quarter the reads
             data, scale = self._kbin[:1], self._kbin[1]

@@ -34,7 +34,7 @@ from streams.compiled import launch, numba
 
 __all__ = [
     "LOSSES", "available", "grad", "grad_arrays", "grad_csc_arrays", "grad_points", "margins",
-    "pack", "pack_binary", "pack_csc",
+    "grad_cols_arrays", "pack", "pack_binary", "pack_columns", "pack_csc",
 ]  # fmt: skip
 
 # Dense rows go through a node in chunks of about this many bytes (they stay in L2 between
@@ -92,6 +92,33 @@ def pack_binary(A: np.ndarray) -> tuple[np.ndarray, float] | None:
     return mask.view(np.uint8), float(nz[0])
 
 
+#: The dense engine's full gradients read each node's rows by columns as well
+#: (:func:`pack_columns`) while the rows take at most this many bytes (the copy as many):
+#: beyond the caches a gradient then reads two copies from memory instead of one. Measured
+#: (rows as bytes, two threads, medians): a9a's 4 MB 0.53 ms against 0.81 for the rows alone,
+#: w8a's 15 MB 3.5 ms against 3.2.
+COLUMNS_MAX_BYTES = 1 << 23
+
+
+def pack_columns(A: np.ndarray, rows: np.ndarray, ptr: np.ndarray) -> np.ndarray:
+    """Each node's rows by columns, node after node: node ``i``'s rows ``rows[ptr[i]:ptr[i+1]]``
+    of ``A`` (floats, or :func:`pack_binary`'s bytes) as a ``(d, m_i)`` block starting at
+    ``d ptr[i]`` of one flat array. Nodes of equal row counts are copied together (one copy
+    per distinct count)."""
+    d = A.shape[1]
+    counts = np.diff(ptr)
+    T = np.empty(int(ptr[-1]) * d, dtype=A.dtype)
+    for m in np.unique(counts):
+        nodes = np.flatnonzero(counts == m)
+        if m == 0:
+            continue
+        idx = ptr[nodes][:, None] + np.arange(m)  # (k, m) positions in rows
+        blocks = A[rows[idx]].transpose(0, 2, 1)  # (k, d, m)
+        at = (d * ptr[nodes])[:, None] + np.arange(d * m)
+        T[at] = blocks.reshape(nodes.size, d * m)
+    return T
+
+
 def grad(
     data: tuple,
     b: torch.Tensor,
@@ -146,6 +173,38 @@ def grad_arrays(
         chunk = max(8, CHUNK_BYTES // (d * out.itemsize))  # the rows a chunk holds
         c = out.dtype.type(scale)
         launch(_dense_grad, data[0], c, *args, code, zero, chunk, out)
+    return out
+
+
+def grad_cols_arrays(
+    T: np.ndarray,
+    A: np.ndarray,
+    b: np.ndarray,
+    rows: np.ndarray,
+    ptr: np.ndarray,
+    X: np.ndarray,
+    R: np.ndarray,
+    code: int,
+    Y: np.ndarray | None = None,
+    scale: float = 1.0,
+) -> np.ndarray:
+    """:func:`grad_arrays` for every held row of dense rows ``A`` (floats, or
+    :func:`pack_binary`'s bytes with ``scale = c``) held by columns as well (``T``, from
+    :func:`pack_columns` of the same rows): each node's margins as ``d`` passes of
+    ``z += x_k T_k`` down its columns (no sum across a vector per row: a row of phishing's 68
+    entries is four vectors and a remainder, and its dot product waits on its sum), then its
+    weights, then the sums ``g += s_j a_j`` along its rows as :func:`grad_arrays` does them.
+    The gradients are those of the rows alone to rounding. Measured (float32, two threads,
+    median of 15 interleaved rounds) on phishing's rows as bytes: 209 us against 293 for the
+    rows alone; on mushrooms': 216 us against 274 for the rows alone and 293 for the ``csc``
+    engine."""
+    m = ptr.size - 1
+    d = A.shape[1]
+    out = np.empty((m, d), dtype=X.dtype)
+    points = (X, X.shape[0] == 1, X if Y is None else Y, Y is not None and Y.shape[0] == 1)
+    args = (b, rows, ptr, *points, Y is not None, R, R.shape[0] == 1)
+    c = out.dtype.type(scale)
+    launch(_cols_grad, T, A, c, *args, code, out.dtype.type(0), out)
     return out
 
 
@@ -500,6 +559,72 @@ def _dense_grad(A, c, b, rows, ptr, X, x_shared, Y, y_shared, diff, R, r_shared,
             r = R[0] if r_shared else R[i]
             lo, hi = ptr[i], ptr[i + 1]
             _dense_node(A, c, b, rows, lo, hi, x, y, diff, r, code, zero, chunk, z0, z1, bl, out[i])
+
+
+@_pointjit
+def _cols_node(T, base, A, c, b, rows, lo, hi, x, y, diff, r, code, zero, z0, z1, bl, g):
+    """One node's full gradient (:func:`grad_cols_arrays`): its margins from its columns
+    ``T[base:base + d m]``, four columns a pass, its weights, then its sums along its rows."""
+    d, m = g.size, hi - lo
+    for j in range(m):
+        z0[_u(j)] = zero
+        bl[_u(j)] = b[_u(rows[lo + j])]
+    if diff:
+        for j in range(m):
+            z1[_u(j)] = zero
+    k = 0
+    while k + 4 <= d:
+        p0, p1, p2, p3 = base + k * m, base + (k + 1) * m, base + (k + 2) * m, base + (k + 3) * m
+        x0, x1, x2, x3 = x[k], x[k + 1], x[k + 2], x[k + 3]
+        for j in range(m):
+            z0[_u(j)] += (T[_u(p0 + j)] * x0 + T[_u(p1 + j)] * x1 + T[_u(p2 + j)] * x2
+                          + T[_u(p3 + j)] * x3)  # fmt: skip
+        if diff:
+            y0, y1, y2, y3 = y[k], y[k + 1], y[k + 2], y[k + 3]
+            for j in range(m):
+                z1[_u(j)] += (T[_u(p0 + j)] * y0 + T[_u(p1 + j)] * y1 + T[_u(p2 + j)] * y2
+                              + T[_u(p3 + j)] * y3)  # fmt: skip
+        k += 4
+    while k < d:
+        p0, xk, yk = base + k * m, x[k], y[k]
+        for j in range(m):
+            z0[_u(j)] += T[_u(p0 + j)] * xk
+        if diff:
+            for j in range(m):
+                z1[_u(j)] += T[_u(p0 + j)] * yk
+        k += 1
+    cinv = (1.0 / m) * c
+    if diff:
+        for j in range(m):
+            s = _dphi_points(code, c * z0[_u(j)], bl[_u(j)])
+            s -= _dphi_points(code, c * z1[_u(j)], bl[_u(j)])
+            z0[_u(j)] = s * cinv
+    else:
+        for j in range(m):
+            z0[_u(j)] = _dphi_points(code, c * z0[_u(j)], bl[_u(j)]) * cinv
+    for k in range(d):
+        g[k] = r[k]
+    _dense_sums(A, rows, lo, hi, z0, g)
+
+
+@_ppjit
+def _cols_grad(T, A, c, b, rows, ptr, X, x_shared, Y, y_shared, diff, R, r_shared, code, zero, out):  # fmt: skip  # noqa: E501
+    # the nodes in up to 64 runs of adjacent nodes, each with its buffers made once
+    m, cap = ptr.size - 1, 0
+    d = out.shape[1]
+    for i in range(m):
+        cap = max(cap, ptr[i + 1] - ptr[i])
+    runs = min(m, 64)
+    for k in _prange(runs):
+        z0, bl = np.empty(cap, dtype=out.dtype), np.empty(cap, dtype=out.dtype)
+        z1 = np.empty(cap if diff else 0, dtype=out.dtype)
+        for i in range(k * m // runs, (k + 1) * m // runs):
+            x = X[0] if x_shared else X[i]
+            y = Y[0] if y_shared else Y[i]
+            r = R[0] if r_shared else R[i]
+            lo, hi = ptr[i], ptr[i + 1]
+            _cols_node(T, d * lo, A, c, b, rows, lo, hi, x, y, diff, r, code, zero, z0, z1, bl,
+                       out[i])  # fmt: skip
 
 
 @_sjit

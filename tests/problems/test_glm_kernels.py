@@ -87,6 +87,12 @@ def test_the_short_way_gives_the_kernels_numbers(cls, dense, dtype, reg_numpy, m
             R = R - q._reg_grad_rows(Q)
             Q = q._kernel_point(Q)
         P = q._kernel_point(P)
+        if dense and rows is q._krows:  # full gradients of dense rows: by columns too
+            T, A, c = q._kcols
+            Qn = None if Q is None else Q.numpy()
+            code = glm_kernels.LOSSES[q.KERNEL_LOSS]
+            args = (q._b.numpy(), rows.numpy(), ptr.numpy(), P.numpy(), R.contiguous().numpy())
+            return torch.from_numpy(glm_kernels.grad_cols_arrays(T, A, *args, code, Qn, c))
         return glm_kernels.grad(q._kdata, q._b, rows, ptr, P, R.contiguous(), q.KERNEL_LOSS, Q)
 
     for point in (x, X, x.expand(4, -1), Xt):
@@ -193,7 +199,7 @@ def test_dense_rows_of_one_value_are_read_as_bytes(dtype, value, monkeypatch):
     assert c == fast._kdata[0].dtype.type(value)
     assert np.array_equal(B, (A.toarray() != 0).astype(np.uint8))
     floats = LogRegNonconvex(A, b, COUNTS, lam=0.1, dtype=dtype, storage="dense")
-    floats._kbin = None
+    floats._kbin = floats._kcols = None  # the rows as floats, read alone
     gen = torch.Generator().manual_seed(3)
     X, Y = (torch.randn(4, fast.d, generator=gen, dtype=torch.float64).to(dtype) for _ in "XY")
     batch = fast.sample(SimulatedComm(4, seed=0).rng(1), 5)
@@ -209,6 +215,42 @@ def test_dense_rows_of_one_value_are_read_as_bytes(dtype, value, monkeypatch):
         slow = LogRegNonconvex(A, b, COUNTS, lam=0.1, dtype=dtype, storage="dense")
     tol = dict(rtol=1e-11, atol=1e-13) if dtype == torch.float64 else dict(rtol=2e-5, atol=2e-6)
     torch.testing.assert_close(fast.grad(X), slow.grad(X), **tol)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("rows", ["floats", "bytes"])
+def test_full_dense_gradients_read_the_rows_by_columns_too(dtype, rows, monkeypatch):
+    """The dense engine's full gradients take their margins from each node's rows by columns
+    (:func:`problems.glm_kernels.pack_columns`, node ``i``'s rows as a ``(d, m_i)`` block at
+    ``d ptr[i]``) and their sums from the rows: the same gradients, at a shared point, at a
+    point per node and as a difference of two, as the rows alone to rounding; minibatches
+    read the rows alone; a copy above ``COLUMNS_MAX_BYTES`` is not made."""
+    A, b = _data(True) if rows == "floats" else _one_value(0.5)
+    both = LogRegNonconvex(A, b, COUNTS, lam=0.1, dtype=dtype, storage="dense")
+    R = both._kdata[0] if rows == "floats" else both._kbin[0]
+    krows, kptr = both._kfull[1:3]
+    (T, held, c), d = both._kcols, both.d
+    assert held is R and c == (1.0 if rows == "floats" else 0.5)
+    assert T.dtype == R.dtype and T.size == R.size
+    for i in range(COUNTS.size):
+        block = T[d * kptr[i] : d * kptr[i + 1]].reshape(d, COUNTS[i])
+        assert np.array_equal(block, R[krows[kptr[i] : kptr[i + 1]]].T)
+    alone = LogRegNonconvex(A, b, COUNTS, lam=0.1, dtype=dtype, storage="dense")
+    alone._kcols = None
+    calls = []
+    real = glm_kernels.grad_cols_arrays
+    monkeypatch.setattr(glm_kernels, "grad_cols_arrays", lambda *a: calls.append(1) or real(*a))
+    gen = torch.Generator().manual_seed(5)
+    X, Y = (torch.randn(4, both.d, generator=gen, dtype=torch.float64).to(dtype) for _ in "XY")
+    tol = dict(rtol=1e-12, atol=1e-14) if dtype == torch.float64 else dict(rtol=1e-5, atol=1e-6)
+    for got, want in [(both.grad(X), alone.grad(X)), (both.grad(X[1]), alone.grad(X[1])),
+                      (both.grad_diff(X, Y), alone.grad_diff(X, Y))]:  # fmt: skip
+        torch.testing.assert_close(got, want, **tol)
+    assert len(calls) == 3
+    batch = both.sample(SimulatedComm(4, seed=0).rng(2), 6)
+    assert torch.equal(both.grad(X, batch), alone.grad(X, batch)) and len(calls) == 3
+    monkeypatch.setattr(glm_kernels, "COLUMNS_MAX_BYTES", R.nbytes - 1)
+    assert LogRegNonconvex(A, b, COUNTS, lam=0.1, dtype=dtype, storage="dense")._kcols is None
 
 
 def test_the_bytes_form_is_only_for_rows_of_one_finite_value():
