@@ -602,15 +602,14 @@ class GLM(Problem):
             return torch.from_numpy(G)
         if rows is not None:
             krows, kptr = rows.numpy(), ptr.numpy()
-        if rows is None and self._kcols is not None:
-            T, A, c = self._kcols
-            G = glm_kernels.grad_cols_arrays(T, A, b, krows, kptr, self._kernel_array(X), R,
-                                             code, Yn, c)  # fmt: skip
-            return torch.from_numpy(G)
-        data, scale = self._kdata, 1.0
+        data, scale, cols = self._kdata, 1.0, None
         if self._kbin is not None:  # dense rows of one value: their bytes, a quarter the reads
             data, scale = self._kbin[:1], self._kbin[1]
-        G = glm_kernels.grad_arrays(data, b, krows, kptr, self._kernel_array(X), R, code, Yn, scale)
+        if rows is None and self._kcols is not None:  # the held rows by columns as well
+            cols, A, scale = self._kcols
+            data = (A,)
+        X = self._kernel_array(X)
+        G = glm_kernels.grad_arrays(data, b, krows, kptr, X, R, code, Yn, scale, cols)
         return torch.from_numpy(G)
 
     def _reg_grad_array(self, X: torch.Tensor) -> np.ndarray:

@@ -34,7 +34,7 @@ from streams.compiled import launch, numba
 
 __all__ = [
     "LOSSES", "available", "grad", "grad_arrays", "grad_csc_arrays", "grad_points", "margins",
-    "grad_cols_arrays", "pack", "pack_binary", "pack_columns", "pack_csc",
+    "pack", "pack_binary", "pack_columns", "pack_csc",
 ]  # fmt: skip
 
 # Dense rows go through a node in chunks of about this many bytes (they stay in L2 between
@@ -155,11 +155,21 @@ def grad_arrays(
     code: int,
     Y: np.ndarray | None = None,
     scale: float = 1.0,
+    cols: np.ndarray | None = None,
 ) -> np.ndarray:
     """:func:`grad` on NumPy arrays (``code``: the loss's value in :data:`LOSSES`), returning a
     fresh NumPy array: what a caller holding its arrays as NumPy's calls, with none of the
     conversions (a microsecond or more each, after a gradient's data pass). Dense rows may
-    be :func:`pack_binary`'s bytes, ``data = (B,)`` with ``scale = c``."""
+    be :func:`pack_binary`'s bytes, ``data = (B,)`` with ``scale = c``.
+
+    ``cols``: for every held row of dense rows (``rows`` and ``ptr`` those of
+    :func:`pack_columns`), the same rows by columns. Each node's margins are then ``d``
+    passes of ``z += x_k T_k`` down its columns (no sum across a vector per row: a row of
+    phishing's 68 entries is four vectors and a remainder, and its dot product waits on its
+    sum), then its weights, then the sums ``g += s_j a_j`` along its rows as without
+    ``cols``: the same gradients to rounding. Measured (float32, two threads, median of 15
+    interleaved rounds) on phishing's rows as bytes: 209 us against 293 for the rows alone;
+    on mushrooms': 216 us against 274 for the rows alone and 293 for the ``csc`` engine."""
     m = ptr.size - 1
     d = data[-1] if len(data) > 1 else data[0].shape[1]
     out = np.empty((m, d), dtype=X.dtype)
@@ -170,41 +180,10 @@ def grad_arrays(
     if len(data) > 1:
         launch(_sparse_grad, *data[:4], *args, code, zero, out)
     else:
-        chunk = max(8, CHUNK_BYTES // (d * out.itemsize))  # the rows a chunk holds
         c = out.dtype.type(scale)
-        launch(_dense_grad, data[0], c, *args, code, zero, chunk, out)
-    return out
-
-
-def grad_cols_arrays(
-    T: np.ndarray,
-    A: np.ndarray,
-    b: np.ndarray,
-    rows: np.ndarray,
-    ptr: np.ndarray,
-    X: np.ndarray,
-    R: np.ndarray,
-    code: int,
-    Y: np.ndarray | None = None,
-    scale: float = 1.0,
-) -> np.ndarray:
-    """:func:`grad_arrays` for every held row of dense rows ``A`` (floats, or
-    :func:`pack_binary`'s bytes with ``scale = c``) held by columns as well (``T``, from
-    :func:`pack_columns` of the same rows): each node's margins as ``d`` passes of
-    ``z += x_k T_k`` down its columns (no sum across a vector per row: a row of phishing's 68
-    entries is four vectors and a remainder, and its dot product waits on its sum), then its
-    weights, then the sums ``g += s_j a_j`` along its rows as :func:`grad_arrays` does them.
-    The gradients are those of the rows alone to rounding. Measured (float32, two threads,
-    median of 15 interleaved rounds) on phishing's rows as bytes: 209 us against 293 for the
-    rows alone; on mushrooms': 216 us against 274 for the rows alone and 293 for the ``csc``
-    engine."""
-    m = ptr.size - 1
-    d = A.shape[1]
-    out = np.empty((m, d), dtype=X.dtype)
-    points = (X, X.shape[0] == 1, X if Y is None else Y, Y is not None and Y.shape[0] == 1)
-    args = (b, rows, ptr, *points, Y is not None, R, R.shape[0] == 1)
-    c = out.dtype.type(scale)
-    launch(_cols_grad, T, A, c, *args, code, out.dtype.type(0), out)
+        T = data[0].reshape(-1)[:0] if cols is None else cols
+        chunk = max(8, CHUNK_BYTES // (d * out.itemsize))  # the rows a chunk holds
+        launch(_dense_grad, data[0], c, T, *args, code, zero, chunk, out)
     return out
 
 
@@ -542,13 +521,15 @@ def _dense_sums(A, rows, lo, hi, s, g):
 
 
 @_ppjit
-def _dense_grad(A, c, b, rows, ptr, X, x_shared, Y, y_shared, diff, R, r_shared, code, zero, chunk, out):  # fmt: skip  # noqa: E501
+def _dense_grad(A, c, T, b, rows, ptr, X, x_shared, Y, y_shared, diff, R, r_shared, code, zero, chunk, out):  # fmt: skip  # noqa: E501
     # the nodes in up to 64 runs of adjacent nodes, each with its buffers made once (a node's
-    # own were 3000 allocations a gradient at n = 1000)
-    m, cap = ptr.size - 1, 0
+    # own were 3000 allocations a gradient at n = 1000); T: the rows by columns as well
+    # (grad_arrays' cols: margins by _cols_node), or empty (the rows alone, in chunks)
+    m, cap, d = ptr.size - 1, 0, out.shape[1]
+    by_cols = T.size > 0
     for i in range(m):
         cap = max(cap, ptr[i + 1] - ptr[i])
-    cap = min(cap, chunk)
+    cap = cap if by_cols else min(cap, chunk)
     runs = min(m, 64)
     for k in _prange(runs):
         z0, bl = np.empty(cap, dtype=out.dtype), np.empty(cap, dtype=out.dtype)
@@ -558,12 +539,17 @@ def _dense_grad(A, c, b, rows, ptr, X, x_shared, Y, y_shared, diff, R, r_shared,
             y = Y[0] if y_shared else Y[i]
             r = R[0] if r_shared else R[i]
             lo, hi = ptr[i], ptr[i + 1]
-            _dense_node(A, c, b, rows, lo, hi, x, y, diff, r, code, zero, chunk, z0, z1, bl, out[i])
+            if by_cols:
+                _cols_node(T, d * lo, A, c, b, rows, lo, hi, x, y, diff, r, code, zero, z0, z1,
+                           bl, out[i])  # fmt: skip
+            else:
+                _dense_node(A, c, b, rows, lo, hi, x, y, diff, r, code, zero, chunk, z0, z1, bl,
+                            out[i])  # fmt: skip
 
 
 @_pointjit
 def _cols_node(T, base, A, c, b, rows, lo, hi, x, y, diff, r, code, zero, z0, z1, bl, g):
-    """One node's full gradient (:func:`grad_cols_arrays`): its margins from its columns
+    """One node's full gradient (:func:`grad_arrays` with ``cols``): its margins from its columns
     ``T[base:base + d m]``, four columns a pass, its weights, then its sums along its rows."""
     d, m = g.size, hi - lo
     for j in range(m):
@@ -605,26 +591,6 @@ def _cols_node(T, base, A, c, b, rows, lo, hi, x, y, diff, r, code, zero, z0, z1
     for k in range(d):
         g[k] = r[k]
     _dense_sums(A, rows, lo, hi, z0, g)
-
-
-@_ppjit
-def _cols_grad(T, A, c, b, rows, ptr, X, x_shared, Y, y_shared, diff, R, r_shared, code, zero, out):  # fmt: skip  # noqa: E501
-    # the nodes in up to 64 runs of adjacent nodes, each with its buffers made once
-    m, cap = ptr.size - 1, 0
-    d = out.shape[1]
-    for i in range(m):
-        cap = max(cap, ptr[i + 1] - ptr[i])
-    runs = min(m, 64)
-    for k in _prange(runs):
-        z0, bl = np.empty(cap, dtype=out.dtype), np.empty(cap, dtype=out.dtype)
-        z1 = np.empty(cap if diff else 0, dtype=out.dtype)
-        for i in range(k * m // runs, (k + 1) * m // runs):
-            x = X[0] if x_shared else X[i]
-            y = Y[0] if y_shared else Y[i]
-            r = R[0] if r_shared else R[i]
-            lo, hi = ptr[i], ptr[i + 1]
-            _cols_node(T, d * lo, A, c, b, rows, lo, hi, x, y, diff, r, code, zero, z0, z1, bl,
-                       out[i])  # fmt: skip
 
 
 @_sjit

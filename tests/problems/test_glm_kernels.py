@@ -92,7 +92,7 @@ def test_the_short_way_gives_the_kernels_numbers(cls, dense, dtype, reg_numpy, m
             Qn = None if Q is None else Q.numpy()
             code = glm_kernels.LOSSES[q.KERNEL_LOSS]
             args = (q._b.numpy(), rows.numpy(), ptr.numpy(), P.numpy(), R.contiguous().numpy())
-            return torch.from_numpy(glm_kernels.grad_cols_arrays(T, A, *args, code, Qn, c))
+            return torch.from_numpy(glm_kernels.grad_arrays((A,), *args, code, Qn, c, T))
         return glm_kernels.grad(q._kdata, q._b, rows, ptr, P, R.contiguous(), q.KERNEL_LOSS, Q)
 
     for point in (x, X, x.expand(4, -1), Xt):
@@ -238,17 +238,23 @@ def test_full_dense_gradients_read_the_rows_by_columns_too(dtype, rows, monkeypa
     alone = LogRegNonconvex(A, b, COUNTS, lam=0.1, dtype=dtype, storage="dense")
     alone._kcols = None
     calls = []
-    real = glm_kernels.grad_cols_arrays
-    monkeypatch.setattr(glm_kernels, "grad_cols_arrays", lambda *a: calls.append(1) or real(*a))
+    real = glm_kernels.grad_arrays
+
+    def spy(*a):
+        calls.append(a[-1] is not None)  # cols given
+        return real(*a)
+
+    monkeypatch.setattr(glm_kernels, "grad_arrays", spy)
     gen = torch.Generator().manual_seed(5)
     X, Y = (torch.randn(4, both.d, generator=gen, dtype=torch.float64).to(dtype) for _ in "XY")
     tol = dict(rtol=1e-12, atol=1e-14) if dtype == torch.float64 else dict(rtol=1e-5, atol=1e-6)
     for got, want in [(both.grad(X), alone.grad(X)), (both.grad(X[1]), alone.grad(X[1])),
                       (both.grad_diff(X, Y), alone.grad_diff(X, Y))]:  # fmt: skip
         torch.testing.assert_close(got, want, **tol)
-    assert len(calls) == 3
+    assert calls == [True, False] * 3  # both by columns, alone by rows
     batch = both.sample(SimulatedComm(4, seed=0).rng(2), 6)
-    assert torch.equal(both.grad(X, batch), alone.grad(X, batch)) and len(calls) == 3
+    assert torch.equal(both.grad(X, batch), alone.grad(X, batch))
+    assert calls[6:] == [False, False]  # minibatches by rows
     monkeypatch.setattr(glm_kernels, "COLUMNS_MAX_BYTES", R.nbytes - 1)
     assert LogRegNonconvex(A, b, COUNTS, lam=0.1, dtype=dtype, storage="dense")._kcols is None
 
