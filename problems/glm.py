@@ -52,8 +52,9 @@ DATA_KNOBS: dict[str, tuple[Any, str]] = {
     "max_dim": (MAX_DIM, "refuse a LIBSVM file whose d exceeds both this and its stored entries"),
     "storage": ("auto", "gradients' engine: auto (the fastest, measured on this machine and data "
                 "and memoised; small data: dense above 1/4 non-zeros), dense, csr (compiled "
-                "kernels; dense rows whose non-zeros share one value are read as bytes), "
-                "dense-torch, csr-torch (torch's products), csr-scipy, csc-scipy "
+                "kernels; dense rows whose non-zeros share one value read as bytes, and up to "
+                "8 MB by columns too for full gradients), dense-torch, csr-torch (torch's "
+                "products), csr-scipy, csc-scipy "
                 "(SciPy's sparse products), dense-numpy (NumPy's BLAS on a padded stack), csc "
                 "(compiled kernel on each node's rows by columns)"),
     "threads": ("auto", "threads of the gradients: auto (measured with the engine: 1 or torch's "
