@@ -102,7 +102,14 @@ def ef21_update(
 
     ``target_i`` is a fresh gradient owned by the caller and is overwritten (with the
     difference, then the error ``target_i - g_i^{t+1}``): the update then holds, besides the
-    old ``g_i``, only that buffer and the decoded message, which becomes the new ``g_i``."""
+    old ``g_i``, only that buffer and the decoded message, which becomes the new ``g_i``.
+    Without ``mask`` the node side is the compressor shifted by ``g_i``
+    (:meth:`compressors.base.Compressor.encode_shifted`, one compiled pass for Top-K on a
+    CPU), and the new ``g_i`` is built in ``target_i``."""
+    if mask is None:
+        packet, c_i, sq = C.encode_shifted(target_i, g_i, comm.rng_for(C, t))
+        g = g + comm.reduce(packet, C, None, decoded=c_i)
+        return target_i, g, comm.monitor_mean(sq)
     diff = target_i.sub_(g_i)
     packet = C.encode(diff, comm.rng_for(C, t))
     c_i = C.decode(packet)

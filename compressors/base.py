@@ -269,6 +269,23 @@ class Compressor:
         with timing.section("decode"):
             return self._decode(packet).to(packet.dtype)
 
+    def encode_shifted(
+        self, x_i: torch.Tensor, h_i: torch.Tensor, rng: RngLike
+    ) -> tuple[Packet, torch.Tensor, torch.Tensor]:
+        """The compressor shifted by ``h_i``, ``h_i + C(x_i - h_i)`` (the shifted compressors of
+        Shulgin & Richtárik 2022; EF21's estimator update, DIANA's shift): the packet of
+        ``C(x_i - h_i)``, its decoded rows ``c_i`` (fresh memory) and each row's squared error
+        ``||x_i - h_i - c_i||^2``, ``(m,)``. ``x_i`` is the caller's (a fresh gradient) and
+        is overwritten with ``c_i + h_i``. A compressor may do it in one compiled pass (Top-K
+        on a CPU: :func:`compressors.compiled.top_k_shifted`), with the same packet and rows
+        and the errors to rounding; here it is ``encode``, ``decode`` and torch's norm."""
+        diff = x_i.sub_(h_i)
+        packet = self.encode(diff, rng)
+        c_i = self.decode(packet)
+        sq = torch.linalg.vector_norm(diff.sub_(c_i), dim=1) ** 2
+        torch.add(c_i, h_i, out=x_i)
+        return packet, c_i, sq
+
     def decode_sum(self, packet: Packet, weight: torch.Tensor | None = None) -> torch.Tensor:
         """``sum_i w_i decode(packet)_i``, shape ``(d,)`` (``w_i = 1/m`` by default): the
         reduction of the decoded rows. Sparse payloads add their kept values into one vector,

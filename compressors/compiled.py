@@ -35,7 +35,8 @@ import torch
 
 from streams.compiled import SERIAL_BELOW, launch, numba
 
-__all__ = ["ENABLED", "heap_serves", "rand_k_rows", "scatter_sum", "small", "top_k", "top_k_rows"]
+__all__ = ["ENABLED", "heap_serves", "rand_k_rows", "scatter_sum", "small", "top_k", "top_k_rows",
+           "top_k_shifted"]  # fmt: skip
 
 ENABLED = numba is not None
 DTYPES = (torch.float32, torch.float64)
@@ -86,6 +87,26 @@ def top_k_rows(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor, tor
     idx, val, rows = np.empty((m, k), np.int64), np.empty((m, k), xn.dtype), np.empty_like(xn)
     _top_k_rows(xn, k, idx, val, rows)
     return torch.from_numpy(idx), torch.from_numpy(val), torch.from_numpy(rows)
+
+
+def top_k_shifted(
+    x: torch.Tensor, h: torch.Tensor, k: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Top-K shifted by ``h`` (:meth:`compressors.base.Compressor.encode_shifted`) in one pass
+    per row: ``x`` (contiguous, written in place) becomes ``x - h``, whose :func:`top_k` are
+    taken; then the decoded rows ``c`` (the kept values, zeros elsewhere), each row's
+    ``||x - h - c||^2`` (each entry's error in ``x``'s dtype, squared and summed in float64)
+    and ``x = c + h``. Returns ``(indices, values, c, squared errors)``: the same indices,
+    values and rows, bit for bit, as :func:`top_k_rows` of ``x - h``, and ``c + h`` as torch
+    adds them; the errors to rounding (torch's float32 norm is taken in float32)."""
+    xn = x.detach().numpy()
+    hn = h.detach().contiguous().numpy()
+    m, d = xn.shape
+    idx, val, rows = np.empty((m, k), np.int64), np.empty((m, k), xn.dtype), np.empty_like(xn)
+    sq = np.empty(m, np.float64)
+    launch(_top_k_shifted, xn, hn, k, idx, val, rows, sq, serial=_top_k_shifted_serial)
+    t = torch.from_numpy
+    return t(idx), t(val), t(rows), t(sq)
 
 
 def rand_k_rows(
@@ -337,3 +358,48 @@ if numba is not None:
             scratch = np.empty(d, x.dtype)
             for i in range(c * m // chunks, (c + 1) * m // chunks):
                 _top_k_row(x[i], k, scratch, idx[i], val[i])
+
+    @_jit
+    def _top_k_shifted_row(x, h, k, scratch, idx, val, r):
+        """One row of :func:`top_k_shifted`; returns its squared error."""
+        d = x.size
+        for j in range(d):
+            x[j] = x[j] - h[j]
+        _top_k_row(x, k, scratch, idx, val)
+        for j in range(d):
+            r[j] = 0.0
+        for c in range(k):
+            r[idx[c]] = val[c]
+        s0 = s1 = s2 = s3 = 0.0  # four running sums: the adds need not wait on each other
+        j = 0
+        while j + 4 <= d:
+            e0, e1 = np.float64(x[j] - r[j]), np.float64(x[j + 1] - r[j + 1])
+            e2, e3 = np.float64(x[j + 2] - r[j + 2]), np.float64(x[j + 3] - r[j + 3])
+            s0 += e0 * e0
+            s1 += e1 * e1
+            s2 += e2 * e2
+            s3 += e3 * e3
+            j += 4
+        while j < d:
+            e0 = np.float64(x[j] - r[j])
+            s0 += e0 * e0
+            j += 1
+        for j in range(d):
+            x[j] = r[j] + h[j]
+        return (s0 + s1) + (s2 + s3)
+
+    @_jit
+    def _top_k_shifted_serial(x, h, k, idx, val, rows, sq):
+        """:func:`_top_k_shifted` on this thread."""
+        scratch = np.empty(x.shape[1], x.dtype)
+        for i in range(x.shape[0]):
+            sq[i] = _top_k_shifted_row(x[i], h[i], k, scratch, idx[i], val[i], rows[i])
+
+    @numba.njit(cache=True, nogil=True, parallel=True)
+    def _top_k_shifted(x, h, k, idx, val, rows, sq):
+        m, d = x.shape
+        chunks = min(m, 64)
+        for c in numba.prange(chunks):
+            scratch = np.empty(d, x.dtype)
+            for i in range(c * m // chunks, (c + 1) * m // chunks):
+                sq[i] = _top_k_shifted_row(x[i], h[i], k, scratch, idx[i], val[i], rows[i])

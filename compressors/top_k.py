@@ -7,7 +7,7 @@ from typing import ClassVar
 
 import torch
 
-from compressors import compiled
+from compressors import compiled, timing
 from compressors.base import (
     Compressor,
     Packet,
@@ -115,6 +115,23 @@ class TopK(SparseWire, Compressor):
             x_i, self.bits(d), {"values", "indices"}, {"scale": 1.0}, values=values, indices=idx
         )
         return packet if rows is None else self._keep_rows(packet, rows)
+
+    def encode_shifted(self, x_i, h_i, rng):
+        """One compiled pass on a CPU (:func:`compressors.compiled.top_k_shifted`): the
+        difference, its Top-K, the decoded rows, the errors and the new shift, where the
+        generic form makes seven calls (EF21 + Top-1 on mushrooms' 20 x 112 float32 rows, on a
+        2-core AMD EPYC: the step besides the gradient 65 -> 55 us)."""
+        if not (compiled.usable(x_i) and x_i.is_contiguous() and h_i.dtype == x_i.dtype
+                and h_i.shape == x_i.shape and h_i.device == x_i.device):  # fmt: skip
+            return super().encode_shifted(x_i, h_i, rng)
+        d = x_i.shape[1]
+        with timing.section("encode"):
+            idx, values, rows, sq = compiled.top_k_shifted(x_i, h_i, self.k_of(d))
+            packet = self._packet(
+                x_i, self.bits(d), {"values", "indices"}, {"scale": 1.0}, values=values,
+                indices=idx,
+            )  # fmt: skip
+        return packet, rows, sq
 
     def _decode(self, packet: Packet) -> torch.Tensor:
         return scatter_rows(packet, packet.fields["indices"], packet.fields["values"])

@@ -5,7 +5,8 @@ numba the first time each is called with a given dtype and argument layout, and 
 code is cached on disk next to the sources. On a fresh checkout that first compilation costs a
 few seconds per kernel, minutes in all, and lands on whatever calls the kernel first (a run, a
 benchmark, the test suite: about 2.5 of its minutes on 2 cores). This command pays it once, at
-set-up: every registered compressor encodes, decodes and sums rows large enough for its kernels
+set-up: every registered compressor encodes, decodes, sums and encodes shifted
+(:meth:`~compressors.base.Compressor.encode_shifted`) rows large enough for its kernels
 (``compiled_dense.FAST_FROM`` entries and up), in float32 and float64, as several rows and as one
 long row, and a small block of rows (the one-thread kernels that serve a node's rows of a small
 problem); each compressor in every configuration its tests exercise (``examples()``: other
@@ -54,6 +55,7 @@ def warm(progress: bool = False) -> int:
         packet = c.encode(x, rng)
         c.decode(packet)
         c.decode_sum(packet)
+        c.encode_shifted(x.clone(), 0.5 * x, rng)  # the shifted form (Top-K's own kernel)
     return len(COMPRESSORS)
 
 

@@ -26,7 +26,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from problems import cache, glm_consts, glm_engine, glm_kernels, glm_lanes, solver
+from problems import cache, glm_consts, glm_engine, glm_kernels, glm_lanes, glm_reg, solver
 from problems.base import Batch, Consts, Problem, _Lazy, parse_x0
 from problems.data import MAX_DIM, load_tabular
 from problems.linalg import single_threaded
@@ -125,9 +125,17 @@ class GLM(Problem):
     # Whether ``reg_grad`` is written with arithmetic operators alone, so that it serves NumPy
     # arrays as well, with the same IEEE operations in the same order (the same bits).
     REG_NUMPY: ClassVar[bool] = True
+    # The regulariser's name in problems.glm_reg.REGS (its gradient at a small CPU point in one
+    # compiled call), or None; a subclass that writes its own reg_grad and names none has none.
+    KERNEL_REG: ClassVar[str | None] = "l2"
     autograd_free = True
     default_lam: ClassVar[float] = 0.1
     knobs = DATA_KNOBS
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        if "reg_grad" in cls.__dict__ and "KERNEL_REG" not in cls.__dict__:
+            cls.KERNEL_REG = None  # its own regulariser: not the one inherited by name
 
     def __init__(
         self,
@@ -570,10 +578,13 @@ class GLM(Problem):
 
     def _reg_grad_of_array(self, X: np.ndarray) -> np.ndarray | None:
         """The regulariser's gradient at the rows of the NumPy array ``X`` where NumPy computes
-        it (:attr:`REG_NUMPY`, at most ``REG_NUMPY_MAX`` entries), silently as torch does;
-        else None."""
+        it (:attr:`REG_NUMPY`, at most ``REG_NUMPY_MAX`` entries), silently as torch does, in
+        one compiled call where :mod:`problems.glm_reg` knows it (:attr:`KERNEL_REG`); else
+        None."""
         if not (self.REG_NUMPY and X.size <= REG_NUMPY_MAX):
             return None
+        if glm_reg.available(self.KERNEL_REG):  # one compiled call, the same bits
+            return glm_reg.reg_grad(self.KERNEL_REG, X, self.lam)
         with np.errstate(all="ignore"):
             return self.reg_grad(X, self.lam)
 
@@ -593,13 +604,14 @@ class GLM(Problem):
         more once a gradient's data pass has cooled the caches, and torch's path to the kernel
         took about 40 us more than the kernel (csr/2 on mushrooms float64: 166 against 124 us;
         148 this way)."""
-        R = self._reg_grad_array(X)
-        if Y is not None:
-            R = R - self._reg_grad_array(Y)
-        b, krows, kptr, code = self._kfull
+        Xt, X = X, self._kernel_array(X)  # each point read as NumPy's once
+        R = self._reg_grad_kernel(Xt, X)
         Yn = None if Y is None else self._kernel_array(Y)
+        if Y is not None:
+            R = R - self._reg_grad_kernel(Y, Yn)
+        b, krows, kptr, code = self._kfull
         if rows is None and self._kcsc is not None:
-            G = glm_kernels.grad_csc_arrays(self._kcsc, self._kernel_array(X), R, code, Yn)
+            G = glm_kernels.grad_csc_arrays(self._kcsc, X, R, code, Yn)
             return torch.from_numpy(G)
         if rows is not None:
             krows, kptr = rows.numpy(), ptr.numpy()
@@ -609,13 +621,14 @@ class GLM(Problem):
         if rows is None and self._kcols is not None:  # the held rows by columns as well
             cols, A, scale = self._kcols
             data = (A,)
-        X = self._kernel_array(X)
         G = glm_kernels.grad_arrays(data, b, krows, kptr, X, R, code, Yn, scale, cols)
         return torch.from_numpy(G)
 
-    def _reg_grad_array(self, X: torch.Tensor) -> np.ndarray:
-        """:meth:`_reg_grad_rows` as a NumPy array."""
-        R = self._reg_grad_numpy(X)
+    def _reg_grad_kernel(self, X: torch.Tensor, Xn: np.ndarray) -> np.ndarray:
+        """:meth:`_reg_grad_rows` of ``X`` as a NumPy array, ``Xn`` being ``X``'s
+        :meth:`_kernel_array` (the point is not converted twice: a conversion costs about
+        2 us)."""
+        R = self._reg_grad_of_array(Xn) if X.dtype in (torch.float32, torch.float64) else None
         return self._reg_grad_rows(X).contiguous().numpy() if R is None else R
 
     @staticmethod

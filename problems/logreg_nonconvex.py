@@ -23,6 +23,7 @@ class LogRegNonconvex(LogReg):
     description = "logistic regression + lambda sum x^2/(1+x^2) (EF21 nonconvex benchmark)"
     convex = False
     REG_CURV = 2.0
+    KERNEL_REG = "nonconvex"
 
     @staticmethod
     def reg(X: torch.Tensor, lam: float) -> torch.Tensor:

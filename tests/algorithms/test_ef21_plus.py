@@ -55,7 +55,9 @@ def test_never_a_larger_error_than_ef21_from_the_same_state(spec, nonconvex):
         ea, eb = node_errors(nonconvex, a), node_errors(nonconvex, b)
         assert (ea <= eb).all(), (k, ea, eb)  # node by node
         assert ia.extras["G"] == pytest.approx(float(ea.mean()), rel=1e-12)
-        assert ia.extras["G"] <= ib.extras["G"]
+        # EF21's G sums each node's squared errors in float64 (Top-K's shifted kernel), EF21+'s
+        # takes torch's norms: the same numbers to rounding
+        assert ia.extras["G"] <= ib.extras["G"] * (1 + 1e-12)
         fresh_won += ia.extras["fresh"] > 0
         state, _ = ef21.step(state, nonconvex, comm)
     assert fresh_won >= 5  # the choice is exercised, not always EF21's

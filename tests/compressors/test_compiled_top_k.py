@@ -299,3 +299,76 @@ def test_small_sparse_sums_are_the_torch_sums(spec, m, d, frac, weighted, specia
     assert fast.dtype == dtype and fast.shape == (d,)
     assert torch.equal(torch.isnan(fast), torch.isnan(slow))
     assert torch.equal(fast.nan_to_num().view(bits), slow.nan_to_num().view(bits))
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    m=st.integers(1, 6),
+    d=st.integers(1, 70),
+    frac=st.floats(0.0, 1.0),
+    special=st.sampled_from(["", "nonfinite", "ties"]),
+    large=st.booleans(),
+    seed=st.integers(0, 2**31 - 1),
+    dtype=st.sampled_from([torch.float64, torch.float32]),
+)
+def test_top_k_shifted_in_one_pass_is_the_torch_form(m, d, frac, special, large, seed, dtype):
+    """Top-K's shifted form ``h + C(x - h)`` in one compiled pass (EF21's node side) gives the
+    packet, the decoded rows and the new shift ``c + h`` of the compressor's generic form
+    (``encode``, ``decode``, torch's add: the same bits, ``-0.0`` and NaN included), and each
+    row's squared error ``||x - h - c||^2`` to rounding; large blocks take the parallel kernel
+    (``SERIAL_BELOW`` entries and up), with the same rows."""
+    from compressors import parse_spec
+    from compressors.base import Compressor
+    from streams import Streams
+    from streams.compiled import SERIAL_BELOW
+
+    gen = torch.Generator().manual_seed(seed)
+    rows = m * (SERIAL_BELOW // (m * d) + 1) if large else m
+    x = torch.randn(rows, d, generator=gen, dtype=torch.float64).to(dtype)
+    h = torch.randn(rows, d, generator=gen, dtype=torch.float64).to(dtype)
+    if special == "nonfinite":
+        table = torch.tensor([float("nan"), float("inf"), float("-inf"), -0.0, 0.0], dtype=dtype)
+        picks = table[torch.randint(0, 5, (rows, d), generator=gen)]
+        x = torch.where(torch.rand(rows, d, generator=gen) < 0.2, picks, x)
+        h = torch.where(torch.rand(rows, d, generator=gen) < 0.2, -0.0, h)
+    elif special == "ties":
+        x = torch.randint(-2, 3, (rows, d), generator=gen).to(dtype)
+        h = torch.randint(-1, 2, (rows, d), generator=gen).to(dtype)
+    assert compiled.small(x) != large
+    C = parse_spec(f"topk:k={max(1, round(frac * d))}")
+    streams = Streams.for_nodes(seed, range(rows))
+    new = x.clone()
+    packet, c, sq = C.encode_shifted(new, h, streams)
+    ref_new = x.clone()
+    ref_packet, ref_c, ref_sq = Compressor.encode_shifted(C, ref_new, h, streams)
+    bits = {torch.float32: torch.int32, torch.float64: torch.int64}[dtype]
+    assert torch.equal(packet.fields["indices"], ref_packet.fields["indices"])
+    assert torch.equal(packet.fields["values"].view(bits), ref_packet.fields["values"].view(bits))
+    assert torch.equal(packet.nbits, ref_packet.nbits)
+    assert torch.equal(c.view(bits), ref_c.view(bits))
+    assert torch.equal(new.view(bits), ref_new.view(bits))  # c + h, as torch adds them
+    if special != "nonfinite":  # the errors of the values sent: the difference rounded
+        err = (x - h) - c
+        want = (err.double() ** 2).sum(1)
+        torch.testing.assert_close(sq, want, rtol=1e-12, atol=0)
+        torch.testing.assert_close(sq, ref_sq.double(), rtol=1e-5, atol=0)
+    else:
+        assert torch.equal(sq.isnan(), ref_sq.isnan())
+        assert torch.equal(sq.isinf(), ref_sq.isinf())
+    assert c.data_ptr() not in (x.data_ptr(), h.data_ptr(), new.data_ptr())
+
+
+def test_the_generic_shifted_form_is_encode_and_decode():
+    """A compressor without a one-pass form shifts by its own ``encode`` and ``decode``."""
+    from compressors import parse_spec
+    from streams import Streams
+
+    gen = torch.Generator().manual_seed(4)
+    x, h = torch.randn(3, 30, generator=gen), torch.randn(3, 30, generator=gen)
+    C, streams = parse_spec("randk:k=5"), Streams.for_nodes(9, range(3))
+    new = x.clone()
+    packet, c, sq = C.encode_shifted(new, h, streams)
+    want = C.decode(C.encode(x - h, streams))
+    assert torch.equal(c, want) and torch.equal(new, want + h)
+    assert torch.equal(packet.fields["indices"], C.encode(x - h, streams).fields["indices"])
+    torch.testing.assert_close(sq, ((x - h - want) ** 2).sum(1))

@@ -1,6 +1,6 @@
 """``python -m compressors.warm``: the rows it compresses are large enough for the kernels (and
 small enough for their one-thread twins), and the command runs every configuration of every
-compressor it is given, in both dtypes, and says so."""
+compressor it is given (its shifted form too), in both dtypes, and says so."""
 
 from __future__ import annotations
 
@@ -18,14 +18,23 @@ def test_the_rows_reach_the_kernels():
 
 
 def test_every_compressor_encodes_decodes_and_sums_in_both_dtypes(monkeypatch, capsys):
-    seen = []
+    seen, shifted, inside = [], [], []
     picked = {k: COMPRESSORS[k] for k in ("topk", "qsgd")}
 
     def spy(cls):
         class Spy(cls):
             def encode(self, x, rng):
-                seen.append((repr(self), x.dtype, tuple(x.shape)))
+                if not inside:  # not the generic shifted form's own encode
+                    seen.append((repr(self), x.dtype, tuple(x.shape)))
                 return super().encode(x, rng)
+
+            def encode_shifted(self, x, h, rng):
+                shifted.append((repr(self), x.dtype, tuple(x.shape)))
+                inside.append(1)
+                try:
+                    return super().encode_shifted(x, h, rng)
+                finally:
+                    inside.pop()
 
         return Spy
 
@@ -39,6 +48,7 @@ def test_every_compressor_encodes_decodes_and_sums_in_both_dtypes(monkeypatch, c
     want = {(e, dt, s) for e in examples
             for dt in (torch.float32, torch.float64) for s in ((2, 8), (1, 16))}  # fmt: skip
     assert set(seen) == want and len(seen) == len(want)
+    assert set(shifted) == want and len(shifted) == len(want)
 
 
 def test_an_example_made_for_another_node_count_is_left_out(monkeypatch, capsys):

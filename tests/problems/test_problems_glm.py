@@ -438,8 +438,9 @@ def test_logistic_weighted_derivative_in_three_passes_is_the_four_pass_one(dtype
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("cls", GLMS)
 def test_regulariser_gradient_through_numpy_is_torch_bit_for_bit(cls, dtype):
-    """A small CPU point's regulariser gradient is computed by NumPy (``REG_NUMPY``): the same
-    bits as ``reg_grad`` on the torch tensor, at huge, tiny, zero, signed-zero, infinite and
+    """A small CPU point's regulariser gradient is computed in one compiled call
+    (:mod:`problems.glm_reg`), or by NumPy (``REG_NUMPY``): the same bits as ``reg_grad`` on
+    the torch tensor, at huge, tiny, zero, signed-zero, infinite and
     NaN entries, for a broadcast point, one row and per-node rows; a point above
     ``REG_NUMPY_MAX`` entries takes torch."""
     import math
@@ -471,5 +472,9 @@ def test_regulariser_gradient_through_numpy_is_torch_bit_for_bit(cls, dtype):
 
     p.reg_grad = spy
     p._reg_grad_rows(big)
-    p._reg_grad_rows(x[None])
+    p._reg_grad_rows(x[None])  # the compiled form (problems.glm_reg): reg_grad is not called
+    assert calls == [torch.Tensor] and glm.glm_reg.available(p.KERNEL_REG)
+    with pytest.MonkeyPatch.context() as mp:  # NumPy's where it is not compiled
+        mp.setattr(glm.glm_reg, "available", lambda name: False)
+        p._reg_grad_rows(x[None])
     assert calls == [torch.Tensor, np.ndarray]
