@@ -236,15 +236,15 @@ def test_full_dense_gradients_read_the_rows_by_columns_too(dtype, rows, monkeypa
         block = T[d * kptr[i] : d * kptr[i + 1]].reshape(d, COUNTS[i])
         assert np.array_equal(block, R[krows[kptr[i] : kptr[i + 1]]].T)
     alone = LogRegNonconvex(A, b, COUNTS, lam=0.1, dtype=dtype, storage="dense")
-    alone._kcols = None
+    alone._kcols = alone._kplan = None  # the rows alone (the plan of grad was made with both)
     calls = []
-    real = glm_kernels.grad_arrays
+    real = glm_kernels.launch
 
-    def spy(*a):
-        calls.append(a[-1] is not None)  # cols given
-        return real(*a)
+    def spy(kernel, *a, **kw):
+        calls.append(a[2].size > 0)  # _dense_grad's T: the rows by columns given
+        return real(kernel, *a, **kw)
 
-    monkeypatch.setattr(glm_kernels, "grad_arrays", spy)
+    monkeypatch.setattr(glm_kernels, "launch", spy)
     gen = torch.Generator().manual_seed(5)
     X, Y = (torch.randn(4, both.d, generator=gen, dtype=torch.float64).to(dtype) for _ in "XY")
     tol = dict(rtol=1e-12, atol=1e-14) if dtype == torch.float64 else dict(rtol=1e-5, atol=1e-6)
@@ -306,3 +306,38 @@ def test_storage_through_the_registry():
     assert p.dense
     with pytest.raises(ValueError, match="storage must be one of"):
         make_problem("logreg", dataset="synthetic", nodes=4, storage="ram")
+
+
+@pytest.mark.parametrize("storage", ["dense", "csr", "csc"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("rows", ["floats", "bytes"])
+def test_a_gradient_at_one_point_is_the_prepared_call_with_the_same_bits(
+    storage, dtype, rows, monkeypatch
+):
+    """``grad`` at one point ``(d,)`` shared by the nodes is one prepared kernel call
+    (:func:`problems.glm_kernels.point_grad_plan`): bit for bit the general path's gradient
+    (the dense rows by columns, as bytes, CSR and the ``csc`` view); a point per node, a
+    minibatch, another dtype and a GLM with its own ``_grad`` take the general path."""
+    A, b = _data(True) if rows == "floats" else _one_value(0.5)
+    p = LogRegNonconvex(A, b, COUNTS, lam=0.1, dtype=dtype, storage=storage)
+    assert p._kplan is not None and p.engine.startswith(storage)
+    gen = torch.Generator().manual_seed(7)
+    x = torch.randn(p.d, generator=gen, dtype=torch.float64).to(dtype)
+    bits = {torch.float32: torch.int32, torch.float64: torch.int64}[dtype]
+    planned, real = [], p._kplan
+    p._kplan = lambda X, R: planned.append(X.shape) or real(X, R)
+    got = p.grad(x)
+    assert planned == [(1, p.d)]
+    want = p._grad(p._rows(x))  # the general path
+    assert torch.equal(got.view(bits), want.view(bits))
+    X = torch.randn(COUNTS.size, p.d, generator=gen, dtype=torch.float64).to(dtype)
+    batch = p.sample(SimulatedComm(COUNTS.size, seed=0).rng(1), 3)
+    other = torch.float64 if dtype == torch.float32 else torch.float32
+    p.grad(X), p.grad(x, batch), p.grad(x.to(other))
+    assert planned == [(1, p.d)]  # none of them took the plan
+
+    class Own(LogRegNonconvex):
+        def _grad(self, X):
+            return super()._grad(X)
+
+    assert Own(A, b, COUNTS, lam=0.1, dtype=dtype, storage=storage)._kplan is None
