@@ -100,12 +100,13 @@ def ef21_update(
     the nodes in it send, and the others keep ``g_i``. Returns ``(g_i, g, G)`` with
     ``G = mean_i ||g_i - target_i||^2``.
 
-    ``target_i`` is a fresh gradient owned by the caller and is overwritten (with the
-    difference, then the error ``target_i - g_i^{t+1}``): the update then holds, besides the
-    old ``g_i``, only that buffer and the decoded message, which becomes the new ``g_i``.
-    Without ``mask`` the node side is the compressor shifted by ``g_i``
+    ``target_i`` is a fresh gradient owned by the caller and is overwritten: the update then
+    holds, besides the old ``g_i``, only that buffer and the decoded message. Without ``mask``
+    the node side is the compressor shifted by ``g_i``
     (:meth:`compressors.base.Compressor.encode_shifted`, one compiled pass for Top-K on a
-    CPU), and the new ``g_i`` is built in ``target_i``."""
+    CPU), which builds the new ``g_i`` in ``target_i``; with it, ``target_i`` holds the
+    difference, then the error ``target_i - g_i^{t+1}``, and the decoded message becomes the
+    new ``g_i``."""
     if mask is None:
         packet, c_i, sq = C.encode_shifted(target_i, g_i, comm.rng_for(C, t))
         g = g + comm.reduce(packet, C, None, decoded=c_i)

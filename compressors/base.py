@@ -273,7 +273,7 @@ class Compressor:
         self, x_i: torch.Tensor, h_i: torch.Tensor, rng: RngLike
     ) -> tuple[Packet, torch.Tensor, torch.Tensor]:
         """The compressor shifted by ``h_i``, ``h_i + C(x_i - h_i)`` (the shifted compressors of
-        Shulgin & Richtárik 2022; EF21's estimator update, DIANA's shift): the packet of
+        Shulgin & Richtárik 2022; EF21's estimator update): the packet of
         ``C(x_i - h_i)``, its decoded rows ``c_i`` (fresh memory) and each row's squared error
         ``||x_i - h_i - c_i||^2``, ``(m,)``. ``x_i`` is the caller's (a fresh gradient) and
         is overwritten with ``c_i + h_i``. A compressor may do it in one compiled pass (Top-K

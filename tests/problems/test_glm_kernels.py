@@ -166,6 +166,7 @@ def test_binary_features_are_read_without_their_values(dtype, monkeypatch):
     read = LogRegNonconvex(A, b, COUNTS, lam=0.1, dtype=dtype)
     indptr, indices, _, _, d = read._kdata
     read._kdata = (indptr, indices, _np_values(read), False, d)
+    read._kplan = None  # its prepared call read the rows without values
     gen = torch.Generator().manual_seed(2)
     X, Y = (torch.randn(4, fast.d, generator=gen, dtype=torch.float64).to(dtype) for _ in "XY")
     batch = fast.sample(SimulatedComm(4, seed=0).rng(1), 5)
@@ -199,7 +200,7 @@ def test_dense_rows_of_one_value_are_read_as_bytes(dtype, value, monkeypatch):
     assert c == fast._kdata[0].dtype.type(value)
     assert np.array_equal(B, (A.toarray() != 0).astype(np.uint8))
     floats = LogRegNonconvex(A, b, COUNTS, lam=0.1, dtype=dtype, storage="dense")
-    floats._kbin = floats._kcols = None  # the rows as floats, read alone
+    floats._kbin = floats._kcols = floats._kplan = None  # the rows as floats, read alone
     gen = torch.Generator().manual_seed(3)
     X, Y = (torch.randn(4, fast.d, generator=gen, dtype=torch.float64).to(dtype) for _ in "XY")
     batch = fast.sample(SimulatedComm(4, seed=0).rng(1), 5)
