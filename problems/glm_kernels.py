@@ -203,7 +203,7 @@ def point_grad_plan(
     if csc is not None:
         kernel, head, tail, shape = _csc_call(csc, dtype, code)
 
-        def call(X, R):  # noqa: E306
+        def call(X, R):
             out = np.empty(shape, dtype=X.dtype)
             launch(kernel, *head, X, True, X, True, False, R, True, *tail, out)
             return out
@@ -211,7 +211,7 @@ def point_grad_plan(
         return call
     kernel, head, tail, shape = _grad_call(data, b, rows, ptr, code, dtype, scale, cols)
 
-    def call(X, R):  # noqa: E306
+    def call(X, R):
         out = np.empty(shape, dtype=X.dtype)
         launch(kernel, *head, X, True, X, False, False, R, True, *tail, out)
         return out

@@ -4,7 +4,7 @@ Every GLM gradient adds the regulariser's gradient at the point, ``lam x`` (``l2
 ``2 lam x / (1 + x^2)^2`` (``nonconvex``, :class:`problems.logreg_nonconvex.LogRegNonconvex`).
 On a small problem the gradient's kernel takes tens of microseconds, and NumPy's five small
 calls for the nonconvex term, with the ``errstate`` that silences them, took 8 us of a 90 us
-gradient (mushrooms, float32, ``d = 112``); one compiled call takes about 1 us. The operations
+gradient (mushrooms, float32, ``d = 112``); one compiled call takes 1.7 us. The operations
 are NumPy's and torch's, in their order and in the point's dtype (the constants rounded to it
 first, as both round a Python scalar; no fused multiply-add), so the bits are theirs, overflows
 and NaN included (checked against each GLM's ``reg_grad`` in ``tests/problems/``).
