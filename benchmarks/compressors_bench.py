@@ -15,6 +15,9 @@ hand-written version could not avoid:
 * spherical compression: its ``K`` shared codewords drawn (``normal_``) and each one's product
   with the row, one codeword at a time;
 * MLMC Top-K: a sort of ``|x|`` (the increments' norms need the magnitudes ranked);
+* rank-r (PowerSGD's power step): the row viewed as its near-square matrix ``M``, the three
+  products the step cannot avoid, ``p = M q`` (normalized), ``r = M^T p`` and the output
+  ``p r^T``, as batched matrix products (a copy does none of them);
 * FO-SGD and THC, which rotate the row by a randomized Walsh-Hadamard transform and the
   receiver back: the row zero-padded to ``n = 2^ceil(log2 N)`` and transformed twice, each
   transform written in torch as ``log2 n`` stages of adds and subtracts
@@ -40,6 +43,7 @@ from benchmarks.progress import Tracker
 from comm import SimulatedComm
 from compressors import parse_spec
 from compressors.fosgd import fwht_staged, padded_dim
+from compressors.rank_r import matrix_shape
 from compressors.registry import COMPRESSORS
 from streams import Streams
 
@@ -121,6 +125,19 @@ def _primitive(name: str, x: torch.Tensor, k: int, gen: torch.Generator):
             return fwht_staged(fwht_staged(y))
 
         return "2 x torch WHT", fn
+    if name == "rank":  # one power step on the near-square view: M q, M^T p and p r^T
+        m1, m2 = matrix_shape(x.shape[1])
+        r = min(parse_spec(name).r, m2)
+        mat = torch.nn.functional.pad(x, (0, m1 * m2 - x.shape[1])).view(1, m1, m2)
+        q = torch.randn(1, m2, r, generator=gen, device=x.device)
+
+        def fn():
+            p = torch.bmm(mat, q)
+            p = p / p.norm(dim=1, keepdim=True)  # r = 1 by default: one column to orthonormalize
+            rt = torch.bmm(mat.transpose(1, 2), p)
+            return torch.bmm(p, rt.transpose(1, 2)).reshape(1, -1)[:, : x.shape[1]]
+
+        return "power step (3 x bmm)", fn
     if name == "mlmc":  # the increments' norms need the magnitudes ranked
         return "torch.sort", lambda: torch.sort(x.abs(), dim=1, descending=True)
     return "copy", lambda: x.clone()

@@ -839,7 +839,10 @@ class GLM(Problem):
     def _grad_points(self, P: torch.Tensor, with_loss: bool):
         if self.points_engine == "lanes" and self._lanes_serve(P.shape[0]):
             code = glm_kernels.LOSSES[self.KERNEL_LOSS]
-            reg = self.reg_grad(P, self.lam)  # added as the kernel writes the sums out
+            # added as the kernel writes the sums out; one compiled call where it serves
+            reg = self._reg_grad_of_array(P.detach().numpy()) if _numpy_sized(P) else None
+            if reg is None:
+                reg = self.reg_grad(P, self.lam)
             out, Lm = glm_lanes.grad_points(
                 self._lanes_data(), self._b, self._krows, self._ptr, P, code, with_loss, reg
             )

@@ -32,6 +32,11 @@ def test_ratios_and_targets_on_injected_numbers():
     assert "| 150.0 | 25.0 | 6.00x | yes | met |" in text
     assert "| 150.0 | 60.0 | 2.50x | NO |" in text
     assert "| w8a | csr/2 | compiled | 1.000 | 2.400 | 0.200 | 0.20 | met |" in text
+    assert "engines" not in text  # no time given: no sentence
+    rows[0]["engines_s"] = 11.04
+    assert "were chosen (or looked up) as a sweep does up front, in 11.0 s" in grid.markdown(
+        grid.derive(rows)
+    )
 
 
 def test_a_grid_whose_unbatched_sweep_did_not_finish_is_reported_as_not_measured():
@@ -74,3 +79,29 @@ def test_grid_quick_on_one_set(monkeypatch):
     assert g["off_s"] > 0 and g["auto_s"] > 0
     (s,) = [r for r in rows if r["kind"] == "step"]
     assert s["set"] == "mushrooms" and s["single_s"] > 0 and s["batch_s"] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(find_data("mushrooms") is None, reason="the LIBSVM set mushrooms is absent")
+def test_engines_chosen_before_the_sweeps_are_found_by_them(monkeypatch, tmp_path):
+    """The up-front choice memoises every engine the sweeps' own up-front check looks up (each
+    run's and each batch's): timed after it, neither sweep measures one."""
+    from problems import glm_engine
+
+    monkeypatch.setenv("COMPZOO_CACHE", str(tmp_path / "memo"))
+    monkeypatch.setattr(glm_engine, "busy_elsewhere", lambda clock: 0.0)  # a quiet machine
+    measured = []
+    real = glm_engine.measure
+    monkeypatch.setattr(glm_engine, "measure", lambda *a: measured.append(a) or real(*a))
+    cfg = grid._config(True, ["mushrooms"])
+    assert grid._choose_engines(cfg, tmp_path / "auto", 2) > 0
+    assert len(measured) >= 2  # the runs' engine and the batches' (a fresh memo)
+    measured.clear()
+    from experiments.sweep_pool import planned_batches
+    from experiments.sweep_servers import RUN_THREADS
+    from experiments.validate import resolve_runs
+
+    for batch in ("auto", "off"):  # what run_sweep checks up front in each mode
+        points = planned_batches(cfg, tmp_path / batch, 2) if batch == "auto" else {}
+        resolve_runs(cfg, threads=RUN_THREADS, points=points)
+    assert measured == []

@@ -235,3 +235,20 @@ def test_rotating_compressors_are_bounded_by_two_transforms_of_the_padded_row():
         if name not in compressors_bench.ROTATIONS and name not in compressors_bench.SKIP:
             bound, _ = compressors_bench._primitive(name, x, 1, torch.Generator())
             assert bound != "2 x torch WHT", name
+
+
+def test_rank_r_is_bounded_by_its_power_step():
+    """Rank-r's bound is PowerSGD's power step on the padded near-square view of the row:
+    ``p = M q / ||M q||``, ``r = M^T p``, output ``p r^T`` unpadded, the row left unchanged."""
+    from benchmarks import compressors_bench
+
+    x = torch.randn(1, 14, generator=torch.Generator().manual_seed(0))
+    before = x.clone()
+    bound, fn = compressors_bench._primitive("rank", x, 1, torch.Generator().manual_seed(1))
+    assert bound == "power step (3 x bmm)"
+    q = torch.randn(1, 4, 1, generator=torch.Generator().manual_seed(1))[0, :, 0]  # the same q
+    M = torch.cat([x[0], torch.zeros(2)]).view(4, 4)
+    p = M @ q
+    p = p / p.norm()
+    torch.testing.assert_close(fn(), torch.outer(p, M.T @ p).reshape(1, -1)[:, :14])
+    assert torch.equal(x, before)
