@@ -75,9 +75,9 @@ def grad_points(
     """``(R, m, d)`` sums and ``(m, R)`` mean losses (zeros without ``with_loss``): entry
     ``[r, i]`` of the sums is :func:`problems.glm_kernels.grad_points`' entry ``[i, :, r]`` plus
     ``reg[r]`` (``(R, d)``, the regulariser's gradient at each point, a tensor or a NumPy
-    array in the points' dtype; None: zeros), for CSR
-    rows ``csr`` (:func:`problems.glm_kernels.pack`) and the loss ``code``, on the kernel of
-    width :func:`width` ``(R)``. Each node's ``(d, W)`` sums stay in a buffer of its own and
+    array in the points' dtype; None: zeros), for CSR rows ``csr``
+    (:func:`problems.glm_kernels.pack`) and the loss ``code``, on the kernel of width
+    :func:`width` ``(R)``. Each node's ``(d, W)`` sums stay in a buffer of its own and
     are written out run by run with ``reg`` added, the one addition a separate transpose and
     add made (the same bits), while they are in cache: no ``(m, d, W)`` array, no second pass
     (w8a, 12 points, one thread: the transpose and add took 0.39 ms of a batched step's 7.5)."""
