@@ -81,7 +81,7 @@ def test_grid_quick_on_one_set(monkeypatch):
     assert s["set"] == "mushrooms" and s["single_s"] > 0 and s["batch_s"] > 0
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.skipif(find_data("mushrooms") is None, reason="the LIBSVM set mushrooms is absent")
 def test_engines_chosen_before_the_sweeps_are_found_by_them(monkeypatch, tmp_path):
     """The up-front choice memoises every engine the sweeps' own up-front check looks up (each
