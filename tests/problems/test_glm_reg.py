@@ -73,3 +73,33 @@ def test_a_problem_takes_the_compiled_form_and_its_gradient_is_unchanged(monkeyp
     assert calls == ["nonconvex"]
     monkeypatch.setattr(glm_reg, "available", lambda name: False)
     assert torch.equal(p.grad(x).view(torch.int32), g.view(torch.int32))
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "expanded", "transposed"])
+def test_the_points_kernel_takes_the_compiled_form_with_the_same_bits(monkeypatch, layout):
+    """A batch's gradients at R points (the lanes kernel) add the regulariser's gradient by
+    one compiled call, for every layout of the points (a broadcast point gives R rows, not
+    one): bit for bit the sums with torch's ``reg_grad``."""
+    from problems import glm_lanes
+    from problems.registry import make_problem
+
+    p = make_problem("logreg-nonconvex", nodes=4, dtype="float64")
+    if not glm_lanes.available(6, p.dtype, p.device):
+        pytest.skip("numba is not installed")
+    p.points_engine, p.points_threads = "lanes", None
+    gen = torch.Generator().manual_seed(2)
+    P = {
+        "contiguous": torch.randn(6, p.d, generator=gen, dtype=p.dtype) * 3,
+        "expanded": (torch.randn(p.d, generator=gen, dtype=p.dtype) * 3)[None].expand(6, -1),
+        "transposed": (torch.randn(p.d, 6, generator=gen, dtype=p.dtype) * 3).T,
+    }[layout]
+    calls = []
+    real = glm_reg.reg_grad
+    monkeypatch.setattr(glm_reg, "reg_grad", lambda *a: calls.append(a[1].shape) or real(*a))
+    G = p.grad_points(P)
+    assert calls == [(6, p.d)]
+    monkeypatch.setattr(glm_reg, "available", lambda name: False)
+    want = p.grad_points(P.contiguous())
+    assert len(calls) == 1  # torch's form this time
+    assert torch.equal(G.view(torch.int64), want.view(torch.int64))
+    assert not torch.equal(G[0], G[1]) or layout == "expanded"
