@@ -182,6 +182,12 @@ def _run_batch(tokens: list[str], stop: StopSignals) -> int:
     return exit_status(statuses)
 
 
+def _refuse(message: str) -> int:
+    """Print ``error: message`` to stderr (flushed) and return the bad-input exit status."""
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    return EXIT_BAD_INPUT
+
+
 def run_distributed(args, stop: StopSignals | None = None) -> int:
     """Under torchrun: ``--nodes N`` (default: the world size W, one node per rank; N >= W) over
     torch.distributed, rank ``r`` holding a contiguous block of the nodes; rank 0 writes the run
@@ -195,34 +201,25 @@ def run_distributed(args, stop: StopSignals | None = None) -> int:
 
     world, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    # Refusals before the group starts are made by every rank, each with the same message:
+    # torchrun stops the other ranks as soon as one exits, so a message left to rank 0 alone
+    # was lost whenever another rank exited first (seen under load in CI).
     if args.nodes is not None and args.nodes < world:
-        if rank == 0:
-            print(
-                f"error: --nodes {args.nodes} is less than the world size {world}: under "
-                f"torchrun every rank holds at least one node; allowed: --nodes >= {world}",
-                file=sys.stderr,
-            )
-        return EXIT_BAD_INPUT
+        return _refuse(
+            f"--nodes {args.nodes} is less than the world size {world}: under torchrun every "
+            f"rank holds at least one node; allowed: --nodes >= {world}"
+        )
     args.nodes = world if args.nodes is None else args.nodes
     if not (args.timeout > 0 and math.isfinite(args.timeout)):
-        if rank == 0:
-            print(f"error: --timeout must be a positive number of seconds, got {args.timeout}",
-                  file=sys.stderr)  # fmt: skip
-        return EXIT_BAD_INPUT
+        return _refuse(f"--timeout must be a positive number of seconds, got {args.timeout}")
     cuda = args.device.startswith("cuda")
     backend = args.backend or ("nccl" if cuda else "gloo")
     if backend == "nccl" and not cuda:
-        if rank == 0:
-            print("error: --backend nccl needs --device cuda", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return _refuse("--backend nccl needs --device cuda")
     device = "cpu"
     if cuda:
         if not torch.cuda.is_available():
-            if rank == 0:
-                print(
-                    f"error: --device {args.device!r}: CUDA is not available here", file=sys.stderr
-                )
-            return EXIT_BAD_INPUT
+            return _refuse(f"--device {args.device!r}: CUDA is not available here")
         torch.cuda.set_device(local_rank)
         device = args.device = f"cuda:{local_rank}"
     torch_dist.start_group(backend, args.timeout)

@@ -91,6 +91,24 @@ def test_gloo_matches_the_simulation_for_every_method(tmp_path, argv, nproc):
     parity(tmp_path, nproc, argv)
 
 
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--nodes", "1"], "--nodes 1 is less than the world size 2"),
+        (["--timeout", "0"], "--timeout must be a positive number of seconds, got 0"),
+        (["--backend", "nccl"], "--backend nccl needs --device cuda"),
+    ],
+)
+def test_every_rank_names_a_refusal_before_the_group_starts(monkeypatch, capsys, argv, message):
+    """torchrun stops the other ranks as soon as one exits: a rank other than 0 that refuses
+    bad input before the group starts names it itself (it had left that to rank 0, whose
+    message was lost when the other rank exited first: seen under load in CI)."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    assert run(["ef21", "--compressor", "topk", *argv, *COMMON]) == 2
+    assert message in capsys.readouterr().err
+
+
 def test_fewer_nodes_than_processes_is_refused(tmp_path):
     proc, _ = dist_run(tmp_path, 2, ["ef21", "--compressor", "topk", "--nodes", "1", *COMMON])
     assert proc.returncode != 0  # torchrun reports a failed child as 1
