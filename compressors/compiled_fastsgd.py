@@ -6,7 +6,10 @@ logarithms, a division, the rounding, comparisons, a cumulative maximum for the 
 writing a temporary. Here encode reads the row twice (its largest magnitude first, then the
 levels, kept keys and signs), then the kept keys once more, 64 to a word, for the histogram of
 the key deltas' bit lengths (the runs of dropped entries between kept ones, joined across
-chunks); the key widths and the bits follow from the histogram. Decode reads the payload once.
+chunks); the key widths and the bits follow from the histogram. Float32 rows of base 2 or 4
+take the levels from their bits in 32-bit lanes, and count each chunk's runs while its keys are
+in cache (2.5 * 10^7 entries on a 2-core AMD EPYC: encode 17.6 -> 11.5 ms). Decode reads the
+payload once.
 
 The level ``q = round(h)``, ``h = (log M - log |x|) / log b``, must be the one torch's
 logarithm gives, and torch's logarithm is not the C library's (they differ in the last bit of
@@ -87,14 +90,22 @@ def encode(x: torch.Tensor, base: float, levels: int, B: int, header: int, per: 
     q = torch.empty(m, d, dtype=torch.int16)
     signs = torch.empty(m, d, dtype=torch.bool)
     unsure = np.zeros((m, tasks), np.int64)
-    consts = (M.numpy(), LM.numpy(), lb, 1.0 / lb, levels, s)
-    args = (x.numpy(), *consts, n0.to(torch.int64).numpy(), theta.numpy())
-    launch(_levels, *args, keep.numpy(), q.numpy(), signs.numpy(), unsure)
-    if unsure.any():
-        _settle(x, LM, lb, levels, keep, q, signs, torch.from_numpy(unsure.sum(axis=1) > 0))
     summary = np.empty((m, tasks, 3), np.int64)
     hist = np.zeros((m, tasks, B + 1), np.int64)
-    launch(_runs, keep.numpy().view(np.uint8), summary, hist)
+    keep_bytes = keep.numpy().view(np.uint8)
+    counted = bool(s) and x.dtype == torch.float32
+    if counted:  # the levels from float32 bits, and the runs counted in the same pass
+        args = (x.numpy(), M.numpy(), levels, s, *_thresholds(n0, theta), keep_bytes)
+        launch(_levels_f32, *args, q.numpy(), signs.numpy(), unsure, summary, hist)
+    else:
+        consts = (M.numpy(), LM.numpy(), lb, 1.0 / lb, levels, s)
+        args = (x.numpy(), *consts, n0.to(torch.int64).numpy(), theta.numpy(), keep.numpy())
+        launch(_levels, *args, q.numpy(), signs.numpy(), unsure)
+    if unsure.any():
+        _settle(x, LM, lb, levels, keep, q, signs, torch.from_numpy(unsure.sum(axis=1) > 0))
+        counted, hist[:] = False, 0
+    if not counted:
+        launch(_runs, keep_bytes, summary, hist)
     widths = torch.empty(m, 3, dtype=torch.int64)
     nbits = torch.empty(m, dtype=torch.int64)
     _join(summary, hist, header, per, widths.numpy(), nbits.numpy())
@@ -102,6 +113,21 @@ def encode(x: torch.Tensor, base: float, levels: int, B: int, header: int, per: 
     if bool(bad.any()):
         scale = torch.where(bad, torch.nan, scale)
     return {"scale": scale, "keep": keep, "q": q, "signs": signs, "widths": widths}, nbits
+
+
+def _thresholds(n0: torch.Tensor, theta: torch.Tensor) -> tuple[np.ndarray, ...]:
+    """Per row, what :func:`_levels_f32` compares a float32 entry's 23 mantissa bits ``t``
+    with (``m = 1 + t 2^-23``): ``n0`` as int32; ``floor((theta - 1) 2^23)``, above which
+    ``m > theta``; the ``t`` with ``|m - theta| <= _TAU``, if any (-1 if none: ``t`` is an
+    integer and ``_TAU 2^23 < 1/2``); and 0 where ``|2 m - theta| <= _TAU`` is met by ``m =
+    1`` (``theta`` within ``_TAU`` of 2), else -1. ``|m - 2 theta| <= _TAU`` cannot hold:
+    ``m <= 2 - 2^-23`` and ``2 theta >= 2``. All exact in float64 (``theta`` in ``[1, 2]``)."""
+    th = theta.numpy()
+    y = (th - 1.0) * 2.0**23
+    near = np.round(y)
+    n1 = np.where(np.abs(near - y) <= _TAU * 2.0**23, near, -1.0)
+    n2 = np.where(2.0 - th <= _TAU, 0.0, -1.0)
+    return tuple(a.astype(np.int32) for a in (n0.numpy(), np.floor(y), n1, n2))
 
 
 def _settle(x, LM, lb: float, levels: int, keep, q, signs, rows) -> None:
@@ -292,49 +318,92 @@ if numba is not None:
         """Per task: ``summary[r, task]`` = (kept entries, dropped ones before the first kept
         or -1 if none is kept, dropped ones after the last kept) and ``hist[r, task]``, the
         bit lengths of the key deltas between its kept entries (the runs of dropped entries
-        between them). Words of 64 entries: the starts of the runs of kept entries are the
-        bits of ``W & ~(W << 1)``."""
+        between them): :func:`_run_chunk` of each task's entries."""
         m, d = keep.shape
         tasks = summary.shape[1]
         for t in numba.prange(m * tasks):
             r, c0 = t // tasks, (t % tasks) * CHUNK
-            kr = keep[r, c0 : min(d, c0 + CHUNK)]
-            ht = hist[r, t % tasks]
-            kept, first, last, carry = 0, -1, -1, np.uint64(0)
-            words = kr.size // 64
-            for w in range(words):
-                word = np.uint64(0)
-                for j in range(8):
-                    byte = np.uint64(0)
-                    for b in range(8):
-                        byte |= np.uint64(kr[64 * w + 8 * j + b]) << np.uint64(8 * b)
-                    word |= ((byte * _BYTES) >> np.uint64(56)) << np.uint64(8 * j)
-                if word == 0:
-                    carry = np.uint64(0)
-                    continue
-                kept += np.int64(_popcount(word))
-                starts = word & ~((word << np.uint64(1)) | carry)
-                while starts != 0:
-                    p = np.int64(_ctz(starts))
-                    below = word & ((np.uint64(1) << np.uint64(p)) - np.uint64(1))
-                    prev = 64 * w + 63 - np.int64(_clz(below)) if below != 0 else last
-                    if prev < 0:
-                        first = 64 * w + p
-                    else:
-                        ht[_bit_length(64 * w + p - prev - 1)] += 1
-                    starts &= starts - np.uint64(1)
-                last = 64 * w + 63 - np.int64(_clz(word))
-                carry = word >> np.uint64(63)
-            for i in range(64 * words, kr.size):
-                if kr[i]:
-                    kept += 1
-                    if last < 0:
-                        first = i
-                    elif i - last > 1:
-                        ht[_bit_length(i - last - 1)] += 1
-                    last = i
-            s = summary[r, t % tasks]
-            s[0], s[1], s[2] = kept, first, kr.size - 1 - last
+            _run_chunk(keep[r, c0 : min(d, c0 + CHUNK)], hist[r, t % tasks], summary[r, t % tasks])
+
+    @_inline
+    def _run_chunk(kr, ht, s):
+        """The runs of one task's keep flags ``kr`` (bytes): ``s`` = (kept, leading dropped or
+        -1, trailing dropped), the deltas' bit lengths added to ``ht``. Words of 64 entries:
+        the starts of the runs of kept entries are the bits of ``W & ~(W << 1)``."""
+        kept, first, last, carry = 0, -1, -1, np.uint64(0)
+        words = kr.size // 64
+        for w in range(words):
+            word = np.uint64(0)
+            for j in range(8):
+                byte = np.uint64(0)
+                for b in range(8):
+                    byte |= np.uint64(kr[64 * w + 8 * j + b]) << np.uint64(8 * b)
+                word |= ((byte * _BYTES) >> np.uint64(56)) << np.uint64(8 * j)
+            if word == 0:
+                carry = np.uint64(0)
+                continue
+            kept += np.int64(_popcount(word))
+            starts = word & ~((word << np.uint64(1)) | carry)
+            while starts != 0:
+                p = np.int64(_ctz(starts))
+                below = word & ((np.uint64(1) << np.uint64(p)) - np.uint64(1))
+                prev = 64 * w + 63 - np.int64(_clz(below)) if below != 0 else last
+                if prev < 0:
+                    first = 64 * w + p
+                else:
+                    ht[_bit_length(64 * w + p - prev - 1)] += 1
+                starts &= starts - np.uint64(1)
+            last = 64 * w + 63 - np.int64(_clz(word))
+            carry = word >> np.uint64(63)
+        for i in range(64 * words, kr.size):
+            if kr[i]:
+                kept += 1
+                if last < 0:
+                    first = i
+                elif i - last > 1:
+                    ht[_bit_length(i - last - 1)] += 1
+                last = i
+        s[0], s[1], s[2] = kept, first, kr.size - 1 - last
+
+    @_pjit
+    def _levels_f32(x, M, levels, s, n0, T, N1, N2, keep, q, signs, unsure, summary, hist):
+        """:func:`_levels` of float32 rows for base ``2^s``, from each entry's bits in 32-bit
+        lanes (twice the lanes of float64, no conversion): ``|x| = 2^e m`` with ``e`` the
+        exponent field less 127 and ``m > theta`` where the mantissa field exceeds ``T``
+        (:func:`_thresholds`, as the near tests ``N1``, ``N2``); the same levels, keeps,
+        signs and undecided entries as :func:`_levels`, and besides the subnormal entries
+        (exponent field 0, rarely met) left undecided, for the torch form to settle. Each
+        task then counts its runs (:func:`_run_chunk`) while its flags are in cache; the
+        caller counts them again after settling any entry."""
+        m, d = x.shape
+        tasks = unsure.shape[1]
+        xb = x.view(np.uint32)
+        for t in numba.prange(m * tasks):
+            r, c0 = t // tasks, (t % tasks) * CHUNK
+            c1 = min(d, c0 + CHUNK)
+            xr, kr, qr, sr = xb[r, c0:c1], keep[r, c0:c1], q[r, c0:c1], signs[r, c0:c1]
+            nr, Tr, n1, n2 = n0[r], T[r], N1[r], N2[r]
+            row_live = M[r] > 0.0  # not a row torch zeroes
+            odd = np.int32(s - 1)
+            count = 0
+            for i in range(xr.size):
+                b = xr[i]
+                mag = b & np.uint32(0x7FFFFFFF)
+                live = (mag != 0) & row_live
+                sub = mag < np.uint32(1 << 23)  # a subnormal (or a zero: not live)
+                g = nr - (np.int32(mag >> np.uint32(23)) - np.int32(127))  # n0 - e
+                t23 = np.int32(mag & np.uint32(0x7FFFFF))
+                level = (g - np.int32(t23 > Tr)) >> odd
+                near = (t23 == n1) & ((g & odd) == 0)
+                near |= (t23 == n2) & (((g + 1) & odd) == 0)
+                near |= sub
+                count += np.int32(live & near)
+                k = live & (level < levels) & (not near)
+                kr[i] = k
+                qr[i] = np.int16(-1) if live & near else (np.int16(level) if k else np.int16(0))
+                sr[i] = k & ((b >> np.uint32(31)) != np.uint32(0))
+            unsure[r, t % tasks] = count
+            _run_chunk(kr, hist[r, t % tasks], summary[r, t % tasks])
 
     @_jit
     def _join(summary, hist, header, per, widths, nbits):

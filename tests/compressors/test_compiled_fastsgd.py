@@ -95,6 +95,43 @@ def test_entries_at_a_rounding_boundary_are_settled_by_torch(spec, monkeypatch):
 
 
 @pytest.mark.parametrize(
+    "spec,top", [("fastsgd:base=4,levels=8", 1.0), ("fastsgd", 1.0002650022506714),
+                 ("fastsgd", 1.0)],
+)  # fmt: skip
+def test_float32_rows_take_the_bits_kernel_and_settle_what_it_cannot(spec, top, monkeypatch):
+    """Float32 rows of base 2 or 4 take :func:`compiled_fastsgd._levels_f32`, which counts the
+    runs in the same pass (no second launch), and still give the torch form's numbers.
+    Where the row's maximum ``M`` puts ``theta`` within ``2^-35`` of a float32 mantissa (base
+    4 and ``M = 1``: ``theta = 1``, the entries ``2^(odd)`` on a rounding boundary; base 2 and
+    ``M`` this float32, one of the 4,097 in ``[1, 2)`` that do so: ``theta`` rounded to float32
+    times powers of two), the entries on the boundary are left to torch's logarithm, and so are
+    subnormal ones; with ``M = 1`` in base 2 (``theta = sqrt 2``) none is."""
+    launched, settled = [], []
+    launch, settle = compiled_fastsgd.launch, compiled_fastsgd._settle
+    monkeypatch.setattr(
+        compiled_fastsgd, "launch", lambda k, *a: launched.append(k) or launch(k, *a)
+    )
+    monkeypatch.setattr(compiled_fastsgd, "_settle", lambda *a: settled.append(1) or settle(*a))
+    C = parse_spec(spec)
+    s = {2.0: 1, 4.0: 2}[C.base]
+    F = math.log(top) / math.log(2.0) + s / 2  # as the kernel's caller takes theta, in torch
+    theta = float(torch.exp2(torch.tensor(F - math.floor(F), dtype=torch.float64)))
+    gen = torch.Generator().manual_seed(5)
+    e = torch.randint(-12, 0, (2, 3000), generator=gen).to(torch.float64)
+    x = torch.where(torch.rand(2, 3000, generator=gen) < 0.5, -1.0, 1.0) * 2.0**e
+    x[:, 11:40] *= float(torch.tensor(theta).float())
+    x[:, 7] = top
+    _check(C, x.float())
+    kernels = [k.__name__ for k in launched if hasattr(k, "__name__")]
+    assert "_levels_f32" in kernels and "_runs" not in kernels[: kernels.index("_levels_f32") + 1]
+    assert bool(settled) == (top != 1.0 or s == 2), (kernels, theta)
+    launched.clear(), settled.clear()
+    x[0, 100] = torch.finfo(torch.float32).tiny / 4  # a subnormal in float32
+    _check(C, x.float())
+    assert settled
+
+
+@pytest.mark.parametrize(
     "base,levels", [(2.0, 256), (4.0, 256), (1.5, 20), (1.01, 256), (3.7, 100)]
 )
 def test_the_powers_are_correctly_rounded(base, levels):
