@@ -115,3 +115,41 @@ def test_compiled_permutation_equals_argsort(d):
     rng = Streams.for_nodes(d, [0, 1, 2])
     assert torch.equal(compiled_perm.permutation(rng.keys, d), rng.permutation(d))
     assert torch.equal(compiled_perm.permutation(rng.keys[:1], d), rng[:1].permutation(d))
+
+
+@pytest.mark.parametrize(
+    "spec",
+    ["qsgd", "qsgd:levels=300", "terngrad", "natural-dithering", "natural-dithering:levels=1",
+     "natural-dithering:levels=100", "natural-dithering:levels=3,norm=inf"],
+)  # fmt: skip
+@pytest.mark.parametrize("kind", [0, 1, 2, 3])
+def test_float32_dithering_kernel_equals_the_torch_form(spec, kind):
+    """The dithering kernel's float32 lanes (:func:`compiled_quant._dither32`) give the torch
+    form's payload and decoded rows on every grid, input kind (magnitudes over the whole
+    range put many entries below natural dithering's least level ``2^(1 - s)``, and
+    subnormal ones) and a row of several chunks; the float32 kernel is the one that ran."""
+    ran = []
+    launch = compiled_quant.launch
+
+    def spy(kernel, *args):
+        ran.append(kernel)
+        return launch(kernel, *args)
+
+    C = parse_spec(spec)
+    gen = torch.Generator().manual_seed(kind)
+    for m, d in ((3, 257), (1, 2 * compiled_quant.CHUNK + 5)):
+        x = _input(m, d, kind, torch.float32, gen)
+        rng = Streams.for_nodes(kind, range(m))
+        compiled_quant.launch = spy
+        try:
+            got = C.encode(x, rng)
+        finally:
+            compiled_quant.launch = launch
+        with _torch_form():
+            want = C.encode(x, rng)
+            want_dec = C.decode(want)
+        for name in want.fields:
+            assert _same(got.fields[name], want.fields[name]), (name, m, d)
+        assert torch.equal(got.nbits, want.nbits)
+        assert _same(C.decode(got), want_dec)
+    assert compiled_quant._dither32 in ran
