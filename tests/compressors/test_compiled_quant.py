@@ -123,11 +123,14 @@ def test_compiled_permutation_equals_argsort(d):
      "natural-dithering:levels=100", "natural-dithering:levels=3,norm=inf"],
 )  # fmt: skip
 @pytest.mark.parametrize("kind", [0, 1, 2, 3])
-def test_float32_dithering_kernel_equals_the_torch_form(spec, kind):
-    """The dithering kernel's float32 lanes (:func:`compiled_quant._dither32`) give the torch
-    form's payload and decoded rows on every grid, input kind (magnitudes over the whole
-    range put many entries below natural dithering's least level ``2^(1 - s)``, and
-    subnormal ones) and a row of several chunks; the float32 kernel is the one that ran."""
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_dithering_kernels_equal_the_torch_form(spec, kind, dtype):
+    """The dithering kernels (float32 lanes, :func:`compiled_quant._dither32`, and float64,
+    :func:`compiled_quant._dither`) give the torch form's payload and decoded rows on every
+    grid, input kind (magnitudes over the whole range put many entries below natural
+    dithering's least level ``2^(1 - s)``, and subnormal ones; exact grid points, entries
+    equal to the norm) and a row of several chunks; the kernel of the dtype is the one that
+    ran."""
     ran = []
     launch = compiled_quant.launch
 
@@ -138,7 +141,7 @@ def test_float32_dithering_kernel_equals_the_torch_form(spec, kind):
     C = parse_spec(spec)
     gen = torch.Generator().manual_seed(kind)
     for m, d in ((3, 257), (1, 2 * compiled_quant.CHUNK + 5)):
-        x = _input(m, d, kind, torch.float32, gen)
+        x = _input(m, d, kind, dtype, gen)
         rng = Streams.for_nodes(kind, range(m))
         compiled_quant.launch = spy
         try:
@@ -152,4 +155,5 @@ def test_float32_dithering_kernel_equals_the_torch_form(spec, kind):
             assert _same(got.fields[name], want.fields[name]), (name, m, d)
         assert torch.equal(got.nbits, want.nbits)
         assert _same(C.decode(got), want_dec)
-    assert compiled_quant._dither32 in ran
+    want_kernel = compiled_quant._dither32 if dtype == torch.float32 else compiled_quant._dither
+    assert want_kernel in ran
