@@ -12,7 +12,7 @@ long row runs on every thread; what crosses a chunk's edge (the gap to the previ
 level) is joined afterwards from per-chunk summaries. Inner loops run over slices indexed from
 0, which the compiler vectorizes (an index that may be negative is wrapped, which it cannot)."""
 
-# built against compressors/compiled_fastsgd.py 7ce87a347a93af3e
+# built against compressors/compiled_fastsgd.py 08c265d29743cfc5
 # built against streams/compiled.py e68a8988580009b7
 
 from __future__ import annotations

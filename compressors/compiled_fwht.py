@@ -25,7 +25,7 @@ stages on it at once; the quantization pass draws the dither the same way. Decod
 """
 
 # built against compressors/compiled_dense.py 5061c88c099b56bc
-# built against compressors/compiled_fastsgd.py 7ce87a347a93af3e
+# built against compressors/compiled_fastsgd.py 08c265d29743cfc5
 # built against streams/compiled.py e68a8988580009b7
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ the AVX2 kernel on AVX-512 machines too); it is found once per thread count by c
 """
 
 # built against compressors/compiled_dense.py 5061c88c099b56bc
-# built against compressors/compiled_fastsgd.py 7ce87a347a93af3e
+# built against compressors/compiled_fastsgd.py 08c265d29743cfc5
 # built against compressors/compiled_perm.py 98badd22cce111ea
 # built against compressors/compiled_quant.py bdada87d6ae8e405
 # built against streams/compiled.py e68a8988580009b7

@@ -12,6 +12,7 @@ import contextlib
 import decimal
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -177,3 +178,61 @@ def test_grid_values_come_back_exactly_on_any_thread_count(spec, compiled):
         finally:
             torch.set_num_threads(was)
         assert y.view(torch.int64).equal(x.view(torch.int64)), threads
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_single_dropped_entries_are_counted_at_once_and_the_rest_one_by_one(dtype):
+    """The run counter takes the gaps of one dropped entry inside a 64-entry word by a
+    population count, and the others (longer gaps, gaps at a word's or a chunk's edge, the
+    leading and trailing runs) one by one: every such gap, on both sides of word and chunk
+    edges, gives the torch form's widths and bits."""
+    d = 2 * compiled_fastsgd.CHUNK + 300
+    x = torch.ones(3, d, dtype=torch.float64)
+    edges = [0, 1, 2, 62, 63, 64, 65, 126, 127, 128, 129, 191, 192]
+    edges += [compiled_fastsgd.CHUNK + e for e in (-2, -1, 0, 1)]
+    x[0, edges] = 0.0  # single gaps at and next to word and chunk edges
+    for start, length in ((300, 2), (400, 3), (500, 7), (637, 64), (900, 130)):
+        x[1, start : start + length] = 0.0  # longer gaps, some across words
+    x[2, ::2] = 0.0  # every other entry: a single gap everywhere
+    x[2, -5:] = 0.0  # a trailing run
+    for spec in ("fastsgd", "fastsgd:base=4,levels=8"):
+        got, _ = check_against_torch_form(compiled_fastsgd, parse_spec(spec), x.to(dtype), 0)
+        assert int(got.nbits[2]) < int(got.nbits[0])
+
+
+def _runs_reference(keep: np.ndarray, B: int):
+    """Per task of ``CHUNK`` entries: (kept, dropped before the first kept or -1, dropped after
+    the last kept) and the histogram of the bit lengths of the gaps between kept entries."""
+    C = compiled_fastsgd.CHUNK
+    tasks = -(-keep.size // C)
+    summary, hist = np.zeros((tasks, 3), np.int64), np.zeros((tasks, B + 1), np.int64)
+    for t in range(tasks):
+        chunk = keep[t * C : (t + 1) * C]
+        pos = np.flatnonzero(chunk)
+        gaps = np.diff(pos) - 1
+        for g in gaps[gaps > 0]:
+            hist[t, int(g).bit_length()] += 1
+        first = int(pos[0]) if pos.size else -1
+        summary[t] = (pos.size, first, chunk.size - 1 - (int(pos[-1]) if pos.size else -1))
+    return summary, hist
+
+
+def test_the_run_counter_counts_every_gap_by_its_bit_length():
+    """:func:`compiled_fastsgd._runs` (whose per-word count takes the gaps of one entry inside
+    a word by a population count) against a count gap by gap: random patterns of every
+    density, and single gaps at and next to the words' and the chunk's edges."""
+    C = compiled_fastsgd.CHUNK
+    d, B = 2 * C + 300, 20
+    gen = np.random.default_rng(0)
+    rows = [gen.random(d) < p for p in (0.0, 0.02, 0.5, 0.977, 0.999, 1.0)]
+    edge = np.ones(d, bool)
+    edge[[0, 1, 2, 62, 63, 64, 65, 126, 127, 128, 129, 191, 192, C - 2, C - 1, C, C + 1]] = False
+    edge[300:302] = edge[400:403] = False  # gaps of two and three
+    rows.append(edge)
+    for keep in rows:
+        summary = np.empty((1, 3, 3), np.int64)
+        hist = np.zeros((1, 3, B + 1), np.int64)
+        compiled_fastsgd.launch(compiled_fastsgd._runs, keep[None].view(np.uint8), summary, hist)
+        want_summary, want_hist = _runs_reference(keep, B)
+        assert np.array_equal(summary[0], want_summary)
+        assert np.array_equal(hist[0], want_hist)
