@@ -91,12 +91,9 @@ def dither_encode(x: torch.Tensor, norm: torch.Tensor, keys, grid: int, s: int, 
     kind = x.numpy().dtype.type
     signs = torch.empty(x.shape, dtype=torch.bool)
     levels = torch.empty(x.shape, dtype=level_dtype)
-    args = (x.numpy(), norm.detach().contiguous().numpy(), _keys(keys), grid, s, kind(s))
-    if x.dtype == torch.float32:  # the same levels in 32-bit lanes
-        launch(_dither32, *args, kind(2.0 ** (1 - s)), signs.numpy(), levels.numpy())
-        return signs, levels
-    consts = (kind(2.0 ** (1 - s)), ushift, 2.0**-ubits)
-    launch(_dither, *args, *consts, signs.numpy(), levels.numpy())
+    consts = (grid, s, kind(s), kind(2.0 ** (1 - s)), ushift, 2.0**-ubits)
+    args = (x.numpy(), norm.detach().contiguous().numpy(), _keys(keys), *consts)
+    launch(_dither, *args, signs.numpy(), levels.numpy())
     return signs, levels
 
 
@@ -137,6 +134,7 @@ if numba is not None:
     from streams.compiled import _mix
 
     _pjit = numba.njit(cache=True, nogil=True, parallel=True)
+    _inline = numba.njit(inline="always", cache=True, error_model="numpy")
     _ONE = np.uint64(1)
     _MANT_BITS = np.uint64(52)  # of a float64
     _MANT = np.uint64((1 << 52) - 1)
@@ -191,7 +189,7 @@ if numba is not None:
             for i in range(mr.size):
                 orow[i] = mr[i] ^ (np.uint64(sr[i]) << top)
 
-    @_pjit
+    @numba.njit(cache=True, nogil=True, parallel=True, error_model="numpy")  # no zero checks
     def _dither(x, norm, keys, grid, s, sf, thr, ushift, scale, signs, levels):
         m, d = x.shape
         tasks = (d + CHUNK - 1) // CHUNK
@@ -208,91 +206,85 @@ if numba is not None:
                 continue
             den = nr if nr > 0 else one
             z0 = keys[j] + np.uint64(c0) * _GOLDEN
-            if grid == 0:  # QSGD: floor(r s) or one more
-                for i in range(xr.size):
-                    u = np.float64(_mix(z0 + np.uint64(i + 1) * _GOLDEN) >> ush) * scale
-                    y = min(abs(xr[i]) / den, one) * sf
-                    low = np.floor(y)
-                    lr[i] = np.int64(low) + np.int64(u < np.float64(y - low))
-                    sr[i] = xr[i] < 0
-            elif grid == 1:  # TernGrad: Bernoulli(r)
-                for i in range(xr.size):
-                    u = np.float64(_mix(z0 + np.uint64(i + 1) * _GOLDEN) >> ush) * scale
-                    lr[i] = np.int64(u < np.float64(min(abs(xr[i]) / den, one)))
-                    sr[i] = xr[i] < 0
+            if x.itemsize == 4:
+                _dither_narrow(xr, den, one, z0, grid, s, sf, thr, sr, lr)
             else:
-                ithr = 1.0 / np.float64(thr)  # a power of two: r / thr = r ithr exactly
-                for i in range(xr.size):  # branch-free, on the bits of r (vectorised)
-                    u = np.float64(_mix(z0 + np.uint64(i + 1) * _GOLDEN) >> ush) * scale
-                    r = min(abs(xr[i]) / den, one)
-                    rb = np.float64(r)
-                    # natural: 2^e <= r < 2^(e+1) (r is normal here), level e + s or one more
-                    # with probability (r - 2^e) / 2^e, the mantissa's fraction, exactly
-                    bits = _as_bits(rb)
-                    e = np.int64(bits >> _MANT_BITS) - 1023
-                    frac = np.float64(bits & _MANT) * _ULP1
-                    hi = e + s + np.int64(u < frac)  # at most s: as in _dither32
-                    # below the smallest non-zero level 2^(1-s): 0 or that level (s >= 1)
-                    lo = np.int64(u < rb * ithr)
-                    lr[i] = hi if r >= thr else lo
-                    sr[i] = xr[i] < 0
+                _dither_wide(xr, den, one, z0, grid, s, sf, thr, ush, scale, sr, lr)
 
-    @numba.njit(cache=True, nogil=True, parallel=True, error_model="numpy")  # no zero checks
-    def _dither32(x, norm, keys, grid, s, sf, thr, signs, levels):
-        """:func:`_dither` of float32 rows: the same levels, in float32 and 32-bit integers.
-        The uniform ``u = U 2^-24`` (``U`` its 24 bits) is exact in float32, so each
-        comparison of ``u`` with a float32 difference is the float64 one; natural dithering
-        compares ``u`` with the mantissa's fraction ``t 2^-23`` as the integers ``U < 2 t``
-        and scales ``r`` by ``1 / thr``, a power of two, exactly. One conversion of ``U``
-        and no float64 lanes: one row of 2.5 * 10^7 entries on the 2-core AMD EPYC, side by
-        side with :func:`_dither`, QSGD's grid 7.7 -> 5.8 ms, TernGrad's 5.9 -> 5.3, natural
-        dithering's 10.2 -> 7.2 (its clamps dropped, which it never needed)."""
-        m, d = x.shape
-        tasks = (d + CHUNK - 1) // CHUNK
-        one = sf / sf
+    @_inline
+    def _dither_wide(xr, den, one, z0, grid, s, sf, thr, ush, scale, sr, lr):
+        """One chunk of :func:`_dither` in float64 (float64 rows, 53-bit uniforms)."""
+        if grid == 0:  # QSGD: floor(r s) or one more
+            for i in range(xr.size):
+                u = np.float64(_mix(z0 + np.uint64(i + 1) * _GOLDEN) >> ush) * scale
+                y = min(abs(xr[i]) / den, one) * sf
+                low = np.floor(y)
+                lr[i] = np.int64(low) + np.int64(u < np.float64(y - low))
+                sr[i] = xr[i] < 0
+        elif grid == 1:  # TernGrad: Bernoulli(r)
+            for i in range(xr.size):
+                u = np.float64(_mix(z0 + np.uint64(i + 1) * _GOLDEN) >> ush) * scale
+                lr[i] = np.int64(u < np.float64(min(abs(xr[i]) / den, one)))
+                sr[i] = xr[i] < 0
+        else:
+            ithr = 1.0 / np.float64(thr)  # a power of two: r / thr = r ithr exactly
+            for i in range(xr.size):  # branch-free, on the bits of r (vectorised)
+                u = np.float64(_mix(z0 + np.uint64(i + 1) * _GOLDEN) >> ush) * scale
+                r = min(abs(xr[i]) / den, one)
+                rb = np.float64(r)
+                # natural: 2^e <= r < 2^(e+1) (r is normal here), level e + s or one more
+                # with probability (r - 2^e) / 2^e, the mantissa's fraction, exactly
+                bits = _as_bits(rb)
+                e = np.int64(bits >> _MANT_BITS) - 1023
+                frac = np.float64(bits & _MANT) * _ULP1
+                hi = e + s + np.int64(u < frac)  # at most s: see _dither_narrow
+                # below the smallest non-zero level 2^(1-s): 0 or that level (s >= 1)
+                lo = np.int64(u < rb * ithr)
+                lr[i] = hi if r >= thr else lo
+                sr[i] = xr[i] < 0
+
+    @_inline
+    def _dither_narrow(xr, den, one, z0, grid, s, sf, thr, sr, lr):
+        """One chunk of :func:`_dither` for float32 rows, in float32 and 32-bit integers: the
+        same levels as :func:`_dither_wide` would give. The uniform ``u = U 2^-24`` (``U`` its
+        24 bits) is exact in float32, so each comparison of ``u`` with a float32 difference is
+        the float64 one; natural dithering compares ``u`` with the mantissa's fraction
+        ``t 2^-23`` as the integers ``U < 2 t`` and scales ``r`` by ``1 / thr``, a power of
+        two, exactly. One conversion of ``U`` and no float64 lanes: one row of 2.5 * 10^7
+        entries on the 2-core AMD EPYC, side by side with the float64 form, QSGD's grid 7.7
+        -> 5.8 ms, TernGrad's 5.9 -> 5.3, natural dithering's 10.2 -> 7.2 (its clamps
+        dropped, which it never needed). (Compiled for float64 rows too, never run there.)"""
         ush, scale = np.uint64(40), np.float32(2.0**-24)
         ithr = one / thr  # a power of two: r / thr = r ithr exactly
         s32 = np.int32(s)
-        for t in numba.prange(m * tasks):
-            j, c0 = t // tasks, (t % tasks) * CHUNK
-            c1 = min(d, c0 + CHUNK)
-            xr, sr, lr = x[j, c0:c1], signs[j, c0:c1], levels[j, c0:c1]
-            nr = norm[j]
-            if not np.isfinite(nr):  # a NaN or inf entry: the norm carries it, levels void
-                for i in range(xr.size):
-                    sr[i] = xr[i] < 0
-                lr[:] = 0
-                continue
-            den = nr if nr > 0 else one
-            z0 = keys[j] + np.uint64(c0) * _GOLDEN
-            if grid == 0:  # QSGD: floor(r s) or one more
-                for i in range(xr.size):
-                    U = np.uint32(_mix(z0 + np.uint64(i + 1) * _GOLDEN) >> ush)
-                    y = min(abs(xr[i]) / den, one) * sf
-                    low = np.floor(y)
-                    lr[i] = np.int32(low) + np.int32(np.float32(U) * scale < y - low)
-                    sr[i] = xr[i] < 0
-            elif grid == 1:  # TernGrad: Bernoulli(r)
-                for i in range(xr.size):
-                    U = np.uint32(_mix(z0 + np.uint64(i + 1) * _GOLDEN) >> ush)
-                    lr[i] = np.int32(np.float32(U) * scale < min(abs(xr[i]) / den, one))
-                    sr[i] = xr[i] < 0
-            else:
-                for i in range(xr.size):  # branch-free, on the bits of r (vectorised)
-                    U = np.uint32(_mix(z0 + np.uint64(i + 1) * _GOLDEN) >> ush)
-                    r = min(abs(xr[i]) / den, one)
-                    # natural: 2^e <= r < 2^(e+1) (r >= thr is a normal float32), level e + s
-                    # or one more when u < t 2^-23, the mantissa's fraction
-                    rb = _as_bits32(r)
-                    e = np.int32(rb >> np.uint32(23)) - np.int32(127)
-                    up = np.int32(U < ((rb & np.uint32(0x7FFFFF)) << np.uint32(1)))
-                    # at most s, with no clamp: r <= 1, so e <= 0, and r = 1 (e = 0) has
-                    # fraction 0 and never rounds up (a clamp took 10.3 -> 7.2 ms here)
-                    hi = e + s32 + up
-                    # below the smallest non-zero level 2^(1-s): 0 or that level (s >= 1)
-                    lo = np.int32(np.float32(U) * scale < r * ithr)
-                    lr[i] = hi if r >= thr else lo
-                    sr[i] = xr[i] < 0
+        if grid == 0:  # QSGD: floor(r s) or one more
+            for i in range(xr.size):
+                U = np.uint32(_mix(z0 + np.uint64(i + 1) * _GOLDEN) >> ush)
+                y = min(abs(xr[i]) / den, one) * sf
+                low = np.floor(y)
+                lr[i] = np.int32(low) + np.int32(np.float32(U) * scale < y - low)
+                sr[i] = xr[i] < 0
+        elif grid == 1:  # TernGrad: Bernoulli(r)
+            for i in range(xr.size):
+                U = np.uint32(_mix(z0 + np.uint64(i + 1) * _GOLDEN) >> ush)
+                lr[i] = np.int32(np.float32(U) * scale < min(abs(xr[i]) / den, one))
+                sr[i] = xr[i] < 0
+        else:
+            for i in range(xr.size):  # branch-free, on the bits of r (vectorised)
+                U = np.uint32(_mix(z0 + np.uint64(i + 1) * _GOLDEN) >> ush)
+                r = min(abs(xr[i]) / den, one)
+                # natural: 2^e <= r < 2^(e+1) (r >= thr is a normal float32), level e + s
+                # or one more when u < t 2^-23, the mantissa's fraction
+                rb = _as_bits32(np.float32(r))
+                e = np.int32(rb >> np.uint32(23)) - np.int32(127)
+                up = np.int32(U < ((rb & np.uint32(0x7FFFFF)) << np.uint32(1)))
+                # at most s, with no clamp: r <= 1, so e <= 0, and r = 1 (e = 0) has
+                # fraction 0 and never rounds up (a clamp took 10.3 -> 7.2 ms here)
+                hi = e + s32 + up
+                # below the smallest non-zero level 2^(1-s): 0 or that level (s >= 1)
+                lo = np.int32(np.float32(U) * scale < r * ithr)
+                lr[i] = hi if r >= thr else lo
+                sr[i] = xr[i] < 0
 
     @_pjit
     def _dither_decode(norm, levels, signs, grid, s, sf, out):

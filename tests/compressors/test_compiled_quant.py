@@ -125,12 +125,11 @@ def test_compiled_permutation_equals_argsort(d):
 @pytest.mark.parametrize("kind", [0, 1, 2, 3])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_dithering_kernels_equal_the_torch_form(spec, kind, dtype):
-    """The dithering kernels (float32 lanes, :func:`compiled_quant._dither32`, and float64,
-    :func:`compiled_quant._dither`) give the torch form's payload and decoded rows on every
-    grid, input kind (magnitudes over the whole range put many entries below natural
-    dithering's least level ``2^(1 - s)``, and subnormal ones; exact grid points, entries
-    equal to the norm) and a row of several chunks; the kernel of the dtype is the one that
-    ran."""
+    """The dithering kernel (:func:`compiled_quant._dither`: float32 rows in 32-bit lanes,
+    float64 rows in float64) gives the torch form's payload and decoded rows on every grid,
+    input kind (magnitudes over the whole range put many entries below natural dithering's
+    least level ``2^(1 - s)``, and subnormal ones; exact grid points, entries equal to the
+    norm) and a row of several chunks; the kernel is the one that ran."""
     ran = []
     launch = compiled_quant.launch
 
@@ -155,5 +154,4 @@ def test_dithering_kernels_equal_the_torch_form(spec, kind, dtype):
             assert _same(got.fields[name], want.fields[name]), (name, m, d)
         assert torch.equal(got.nbits, want.nbits)
         assert _same(C.decode(got), want_dec)
-    want_kernel = compiled_quant._dither32 if dtype == torch.float32 else compiled_quant._dither
-    assert want_kernel in ran
+    assert compiled_quant._dither in ran
