@@ -402,7 +402,7 @@ class GLM(Problem):
         self._np = None  # dense-numpy: the held rows as a padded (m, c, d) NumPy stack
         self._points_k = None  # the compiled kernels' data for grad_points on a library engine
         self._points_t = None  # _points' sparse matrices as torch's CSR (torch-sparse, on a CPU)
-        self._points_l = None  # the CSR rows as the lanes kernels read them (glm_lanes)
+        self._points_l = None  # the CSR rows and their order as the lanes kernels read them
         self._kplan = None  # the compiled full gradient at one shared point (grad)
         self._krows = torch.from_numpy(rows.astype(np.int64))
         self._ptr = torch.from_numpy(np.concatenate([[0], np.cumsum(counts)]).astype(np.int64))
@@ -822,14 +822,15 @@ class GLM(Problem):
             self._choose_points_engine(self.x0.to(self.device, self.dtype).repeat(R, 1))
 
     def _lanes_data(self) -> tuple:
-        """The CSR rows as :mod:`problems.glm_lanes` reads them (built once; the kernels'
-        own view where they already read CSR rows)."""
+        """The CSR rows as :mod:`problems.glm_lanes` reads them (the kernels' own view where
+        they already read CSR rows) and the order it takes them in (:func:`problems.glm_lanes.
+        plan`), built once."""
         if self._points_l is None:
             if self._kdata is not None and len(self._kdata) > 1:
-                self._points_l = self._kdata
+                csr = self._kdata
             else:
-                csr = (self._crow, self._col, self._val)
-                self._points_l = glm_kernels.pack(None, csr, self.d)
+                csr = glm_kernels.pack(None, (self._crow, self._col, self._val), self.d)
+            self._points_l = (csr, glm_lanes.plan(csr, self._krows, self._ptr))
         return self._points_l
 
     def _lanes_serve(self, R: int) -> bool:
@@ -843,8 +844,9 @@ class GLM(Problem):
             reg = self._reg_grad_of_array(P.detach().numpy()) if _numpy_sized(P) else None
             if reg is None:
                 reg = self.reg_grad(P, self.lam)
+            csr, order = self._lanes_data()
             out, Lm = glm_lanes.grad_points(
-                self._lanes_data(), self._b, self._krows, self._ptr, P, code, with_loss, reg
+                csr, self._b, self._krows, self._ptr, P, code, with_loss, reg, order
             )
             if not with_loss:
                 return out

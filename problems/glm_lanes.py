@@ -11,29 +11,39 @@ these kernels, and only these, are compiled with it on (:func:`streams.compiled.
 compile_vectorised`); a test checks them against the generic kernel on every width: the
 gradients bit for bit, the losses to 4 ulps.
 
-Per node, rows go in chunks of :data:`CHUNK` rows: the chunk's ``W`` margins per row, then
-``phi'`` of all of them in one loop the loop vectoriser handles (:func:`problems.glm_kernels.
-_dphi_points`), then the scatter of each row's ``W`` weights into the node's ``(d, W)`` sums.
-Each lane's arithmetic is the generic kernel's, in the same order (a margin sums its row's
-entries in storage order; the sums take the rows in order), so the gradients are the same, bit
-for bit; the losses (logged values only) differ by an ulp where the generic kernel, compiled
-with reassociation, reorders the loss's polynomial. The loss itself has no library call
-(:func:`problems.glm_kernels._phi_points`), so its loop vectorises: w8a, 12 points, a pass with
-the losses 5.1 ms against 3.5 without (with ``math.log1p``: 7.7).
+Per node, rows go in chunks of at most :data:`CHUNK` rows (:func:`plan`, built once per
+problem): the chunk's ``W`` margins per row, then ``phi'`` of all of them in one loop the loop
+vectoriser handles (:func:`problems.glm_kernels._dphi_points`), then the sums column by
+column, each column's ``W`` sums held in registers while its entries in the chunk stream past
+(the chunk's entries by column, CSC), and stored back into the node's ``(d, W)`` sums. Each
+lane's arithmetic is the generic kernel's, in the same order (a margin sums its row's entries
+in storage order; a column's sum takes the rows in order, chunk after chunk), so the gradients
+are the same, bit for bit; the losses (logged values only) differ by an ulp where the generic
+kernel, compiled with reassociation, reorders the loss's polynomial. The loss itself has no
+library call (:func:`problems.glm_kernels._phi_points`), so its loop vectorises: w8a, 12
+points, a pass with the losses 5.1 ms against 3.5 without (with ``math.log1p``: 7.7).
 
-Measured through ``GLM.grad_points`` on a 2-core AMD EPYC, one thread, ``R = 12``,
-float64 (ms; the generic kernel, then the fastest library engine, in brackets): mushrooms 0.58
-(1.77; torch's sparse 0.97), phishing 1.00 (3.05; torch's sparse 1.76), a9a 1.78 (5.44; torch's
-sparse 3.20), w8a 3.10 (7.53; torch's sparse 5.05). The entries are indexed unsigned
-(:func:`problems.glm_kernels._u`; with signed indices: 0.97, 1.37, 2.20 and 3.67). The engine
-is still chosen by measurement (:meth:`problems.glm.GLM._choose_points_engine`, engine
-``lanes``).
+A sum of one row or column is a chain of dependent additions (4 cycles each on the AMD EPYC's
+FMA), so :data:`GROUP` rows (columns) are summed together, over the entries they have in
+common and then each one's rest: independent chains the core overlaps. Each chunk takes its
+rows, and its columns, longest first, so that the rows summed together have nearly the same
+length. Against summing each row's products into the node's sums as the row is read (a
+read-modify-write of ``g`` per entry) and one row at a time, through ``GLM.grad_points`` on the
+2-core AMD EPYC, ``R = 12``, float64, ms, side by side: one thread, mushrooms 0.53-0.57 ->
+0.44-0.47, phishing 0.92-1.01 -> 0.76-0.78, a9a 1.68-1.82 -> 1.28, w8a 2.93-3.06 -> 2.20-2.24
+(float32: 0.46 -> 0.38, 0.78-0.81 -> 0.65-0.66, 1.50-1.52 -> 1.17-1.19, 2.82-2.90 ->
+1.86-1.98); two threads, 0.28 -> 0.26, 0.48 -> 0.44, 0.87 -> 0.65, 1.51 -> 1.01. Chunks of
+256 rows measured best among 128 to 4096 (w8a: 1.13, 1.05, 1.09, 1.10 ms for 128, 256, 512
+and 1024 on two threads; 1.18 and 1.22 for 2048 and 4096). The entries are indexed unsigned
+(:func:`problems.glm_kernels._u`: numba wraps a signed index around when it is negative, an
+and, a shift and an add per access). The engine is still chosen by measurement
+(:meth:`problems.glm.GLM._choose_points_engine`, engine ``lanes``).
 
-Widths are multiples of 4 up to :data:`MAX_WIDTH` (each width costs about 2 s to compile, once
-per machine: numba caches it); ``R`` points run on the next width up, the lanes beyond ``R``
-at a zero point whose results are dropped. The kernels live in :mod:`problems.glm_lanes_kernels`,
-written by :mod:`problems.glm_lanes_gen` (``python -m problems.glm_lanes_gen`` rewrites the
-file; a test checks that it is current).
+Widths are multiples of 4 up to :data:`MAX_WIDTH` (each width costs 8 to 17 s to compile, the
+wider the longer, once per machine: numba caches it); ``R`` points run on the next width up,
+the lanes beyond ``R`` at a zero point whose results are dropped. The kernels live in
+:mod:`problems.glm_lanes_kernels`, written by :mod:`problems.glm_lanes_gen` (``python -m
+problems.glm_lanes_gen`` rewrites the file; a test checks that it is current).
 """
 
 from __future__ import annotations
@@ -43,12 +53,15 @@ import torch
 
 from streams.compiled import compile_vectorised, launch, numba
 
-__all__ = ["MAX_WIDTH", "WIDTHS", "available", "grad_points", "width"]
+__all__ = ["MAX_WIDTH", "WIDTHS", "available", "grad_points", "plan", "width"]
 
 MAX_WIDTH = 16
 WIDTHS = tuple(range(4, MAX_WIDTH + 1, 4))
-#: Rows per chunk: their margins, then their ``phi'``, then their sums, while they are in L1.
-CHUNK = 128
+#: Most rows per chunk: their margins, then their ``phi'``, then their sums column by column,
+#: while the chunk's ``W`` margins per row are in cache (256 rows x 16 points x 8 bytes: 32 KiB).
+CHUNK = 256
+#: Rows (columns) whose sums advance together, as independent chains of additions.
+GROUP = 4
 DTYPES = (torch.float32, torch.float64)
 
 
@@ -68,9 +81,54 @@ def available(R: int, dtype: torch.dtype, device: torch.device) -> bool:
 _READY: set[tuple] = set()
 
 
+def plan(csr: tuple, rows: torch.Tensor, ptr: torch.Tensor, chunk: int = CHUNK) -> tuple:
+    """The order in which the kernels take the rows ``rows`` of nodes ``ptr`` and their
+    entries, built once per problem with NumPy (no loop in Python): each node's rows in chunks
+    of at most ``chunk`` rows, as even as they go; per chunk, its rows by length (longest
+    first, so that the rows taken together have nearly the same length), and its entries by
+    column (CSC: each column's entries by row, columns by count, longest first). Returns
+    ``(nch, cpos, kp, ccol, cptr, crow, cval, rperm)``: node ``i``'s chunks ``nch[i]`` to
+    ``nch[i + 1]``; chunk ``c``'s rows at positions ``cpos[c]`` to ``cpos[c + 1]`` of
+    ``rows``, taken in the order ``cpos[c] + rperm[cpos[c]:cpos[c + 1]]``; its columns
+    ``ccol[kp[c]:kp[c + 1]]``, column ``t``'s entries ``cptr[t]`` to ``cptr[t + 1]`` of
+    ``crow`` (a row's place in its chunk) and ``cval`` (their values; empty for binary rows)."""
+    indptr, indices, values, unit, d = csr
+    rows = rows.numpy() if isinstance(rows, torch.Tensor) else np.asarray(rows)
+    ptr = (ptr.numpy() if isinstance(ptr, torch.Tensor) else np.asarray(ptr)).astype(np.int64)
+    sizes = np.diff(ptr)
+    per = -(-sizes // chunk)  # chunks per node (none for a node with no row)
+    nch = np.concatenate([[0], np.cumsum(per)]).astype(np.int64)
+    node = np.repeat(np.arange(sizes.size), per)
+    k = np.arange(nch[-1]) - nch[:-1][node]  # a chunk's place in its node
+    cpos = np.append(ptr[node] + sizes[node] * k // per[node], ptr[-1]).astype(np.int64)
+    of = np.repeat(np.arange(nch[-1]), np.diff(cpos))  # each position's chunk
+    local = np.arange(of.size) - cpos[of]
+    start = indptr[rows].astype(np.int64)
+    length = indptr[rows + 1] - start
+    rperm = local[np.lexsort((local, -length, of))].astype(np.int32)
+    # every entry of every held row: its position, chunk, place in chunk, column, value
+    pos = np.repeat(np.arange(of.size), length)
+    p = start[pos] + np.arange(pos.size) - np.repeat(np.cumsum(length) - length, length)
+    col = indices[p].astype(np.int64)
+    key = of[pos] * d + col
+    order = np.lexsort((local[pos], key))  # by chunk and column, each column's rows in order
+    key = key[order]
+    heads = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+    counts = np.diff(np.append(heads, key.size))
+    gchunk, gcol = key[heads] // d, key[heads] % d
+    by = np.lexsort((gcol, -counts, gchunk))  # each chunk's columns, longest first
+    cptr = np.concatenate([[0], np.cumsum(counts[by])]).astype(np.int64)
+    entry = order[np.repeat(heads[by] - cptr[:-1], counts[by]) + np.arange(key.size)]
+    crow = local[pos[entry]].astype(np.int32)
+    cval = values[:0] if unit else values[p[entry]]
+    kp = np.searchsorted(gchunk[by], np.arange(nch[-1] + 1)).astype(np.int64)
+    return (nch, cpos, kp, gcol[by].astype(np.int32), cptr, crow, cval, rperm)
+
+
 def grad_points(
     csr: tuple, b: torch.Tensor, rows: torch.Tensor, ptr: torch.Tensor, P: torch.Tensor,
     code: int, with_loss: bool, reg: torch.Tensor | np.ndarray | None = None,
+    order: tuple | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """``(R, m, d)`` sums and ``(m, R)`` mean losses (zeros without ``with_loss``): entry
     ``[r, i]`` of the sums is :func:`problems.glm_kernels.grad_points`' entry ``[i, :, r]`` plus
@@ -80,7 +138,8 @@ def grad_points(
     :func:`width` ``(R)``. Each node's ``(d, W)`` sums stay in a buffer of its own and
     are written out run by run with ``reg`` added, the one addition a separate transpose and
     add made (the same bits), while they are in cache: no ``(m, d, W)`` array, no second pass
-    (w8a, 12 points, one thread: the transpose and add took 0.39 ms of a batched step's 7.5)."""
+    (w8a, 12 points, one thread: the transpose and add took 0.39 ms of a batched step's 7.5).
+    ``order``: :func:`plan` ``(csr, rows, ptr)`` (built here when None)."""
     from problems import glm_lanes_kernels as K
 
     indptr, indices, values, unit, d = csr
@@ -101,11 +160,12 @@ def grad_points(
         regn = reg if isinstance(reg, np.ndarray) else reg.contiguous().numpy()
         regn = np.ascontiguousarray(regn)
     zero = regn.dtype.type(0)
-    args = (indptr, indices, values, unit, b.numpy(), rows.numpy(), ptr.numpy(),
-            PT.reshape(-1), code, with_loss, zero, CHUNK, regn, out.numpy(),
-            lout.numpy())  # fmt: skip
+    if order is None:
+        order = plan(csr, rows, ptr)
+    args = (indptr, indices, values, unit, b.numpy(), rows.numpy(), ptr.numpy(), order,
+            PT.reshape(-1), code, with_loss, zero, regn, out.numpy(), lout.numpy())  # fmt: skip
     kernel = getattr(K, f"points_{W}")
-    ready = (W, indices.dtype, values.dtype, args[4].dtype, args[7].dtype)
+    ready = (W, indices.dtype, values.dtype, args[4].dtype, args[8].dtype)
     if ready not in _READY:
         compile_vectorised(kernel, args)
         _READY.add(ready)

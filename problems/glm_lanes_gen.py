@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from problems.glm_lanes import WIDTHS
+from problems.glm_lanes import GROUP, WIDTHS
 from streams import stamps
 
 __all__ = ["KERNELS", "source"]
@@ -53,66 +53,127 @@ def _loss_lanes(code, Zc, bb, n, inv, W, Lc, lsum):
 
 
 def _kernel(W: int) -> str:
+    G = GROUP
     L = range(W)
 
-    def lines(fmt: str, indent: int) -> list[str]:
-        return [" " * indent + fmt.format(r=r) for r in L]
+    def ind(n: int) -> str:
+        return " " * n
 
-    def entries(unit: str, valued: str) -> list[str]:
-        """The loop over a row's stored entries, ``unit`` per lane on binary rows, ``valued``
-        (with the entry's value ``v``) otherwise."""
-        head = [" " * 16 + "for p in range(_u(p0), _u(p1)):"]
-        head += [" " * 20 + f"o = _u(indices[p]) * _u({W})"]
-        return [
-            "            if unit:", *head, *lines(unit, 20),
-            "            else:", *head, "                    v = values[p]", *lines(valued, 20),
-        ]  # fmt: skip
+    def walk(n: int, acc: str, seqs: list[int], idx: str, val: str, src: str,
+             unit: bool) -> list[str]:  # fmt: skip
+        """Sequences ``s{g}..e{g}`` (``g`` in ``seqs``) of entries ``idx[p]`` (times ``val[p]``
+        unless ``unit``) summed lane by lane from ``src[idx[p] * W + r]`` into ``{acc}{g}_{r}``:
+        together over their common length (independent chains for the out-of-order core), then
+        each sequence's rest alone; each sum takes its entries in storage order."""
+        v = "" if unit else "v * "
+        if len(seqs) == 1:
+            g = seqs[0]
+            o = [
+                ind(n) + f"for p in range(_u(s{g}), _u(e{g})):",
+                ind(n + 4) + f"o = _u({idx}[p]) * _u({W})",
+            ]
+            o += [] if unit else [ind(n + 4) + f"v = {val}[p]"]
+            return o + [ind(n + 4) + f"{acc}{g}_{r} += {v}{src}[o + _u({r})]" for r in L]
+        o = [
+            ind(n) + "nc = min(" + ", ".join(f"e{g} - s{g}" for g in seqs) + ")",
+            ind(n) + "for t in range(_u(nc)):",
+        ]
+        for g in seqs:
+            o += [ind(n + 4) + f"o{g} = _u({idx}[_u(s{g}) + t]) * _u({W})"]
+            o += [] if unit else [ind(n + 4) + f"v{g} = {val}[_u(s{g}) + t]"]
+        vg = (lambda g: "") if unit else (lambda g: f"v{g} * ")
+        o += [ind(n + 4) + f"{acc}{g}_{r} += {vg(g)}{src}[o{g} + _u({r})]" for g in seqs for r in L]
+        for g in seqs:
+            o += [ind(n) + f"s{g} += nc"] + walk(n, acc, [g], idx, val, src, unit)
+        return o
 
+    def both(n: int, seqs: list[int], acc: str, idx: str, val: str, src: str) -> list[str]:
+        return (
+            [ind(n) + "if unit:"]
+            + walk(n + 4, acc, seqs, idx, val, src, True)
+            + [ind(n) + "else:"]
+            + walk(n + 4, acc, seqs, idx, val, src, False)
+        )
+
+    def rows(n: int, seqs: list[int]) -> list[str]:
+        o = []
+        for g in seqs:
+            o += [
+                ind(n) + f"q{g} = rperm[lo + j + {g}]",
+                ind(n) + f"r{g} = rows[lo + q{g}]",
+                ind(n) + f"s{g}, e{g} = indptr[r{g}], indptr[r{g} + 1]",
+            ]
+            o += [ind(n) + f"z{g}_{r} = zero" for r in L]
+        o += both(n, seqs, "z", "indices", "values", "PT")
+        for g in seqs:
+            o += [ind(n) + f"w = q{g} * {W}", ind(n) + f"bj = b[r{g}]"]
+            o += [ind(n) + f"Zc[w + {r}] = z{g}_{r}" for r in L]
+            o += [ind(n) + f"bb[w + {r}] = bj" for r in L]
+        return o + [ind(n) + f"j += {len(seqs)}"]
+
+    def cols(n: int, seqs: list[int]) -> list[str]:
+        o = []
+        for g in seqs:
+            o += [
+                ind(n) + f"c{g} = _u(ccol[k + {g}]) * _u({W})",
+                ind(n) + f"s{g}, e{g} = cptr[k + {g}], cptr[k + {g} + 1]",
+            ]
+            o += [ind(n) + f"a{g}_{r} = g[c{g} + _u({r})]" for r in L]
+        o += both(n, seqs, "a", "crow", "cval", "Zc")
+        for g in seqs:
+            o += [ind(n) + f"g[c{g} + _u({r})] = a{g}_{r}" for r in L]
+        return o + [ind(n) + f"k += {len(seqs)}"]
+
+    group, one = list(range(G)), [0]
     out = [
         "",
         "",
         "@_jit",
-        f"def _node_{W}(indptr, indices, values, unit, PT, b, rows, lo, hi, code, with_loss, "
-        "zero, Zc,",
-        f"{' ' * (10 + len(str(W)))}bb, Lc, g, lsum):",
-        "    inv = 1.0 / (hi - lo)",
-        f"    chunk = bb.size // {W}",
-        "    for c0 in range(lo, hi, chunk):",
-        "        c1 = min(c0 + chunk, hi)",
-        "        for j in range(c0, c1):",
-        "            row = rows[j]",
-        "            p0, p1 = indptr[row], indptr[row + 1]",
+        f"def _margins_{W}(indptr, indices, values, unit, PT, b, rows, rperm, "
+        "lo, hi, zero, Zc, bb):",
+        "    j = 0",
+        f"    while j + {G} <= hi - lo:",
     ]
-    out += lines("z{r} = zero", 12)
-    out += entries("z{r} += PT[o + _u({r})]", "z{r} += v * PT[o + _u({r})]")
-    out += [f"            q = (j - c0) * {W}", "            bj = b[row]"]
-    out += lines("Zc[q + {r}] = z{r}", 12)
-    out += lines("bb[q + {r}] = bj", 12)
-    out += [f"        n = (c1 - c0) * {W}", "        if with_loss:"]
-    out += [f"            _loss_lanes(code, Zc, bb, n, inv, {W}, Lc, lsum)"]
-    out += ["        _dphi_lanes(code, Zc, bb, n, inv)", "        for j in range(c0, c1):"]
-    out += ["            row = rows[j]", "            p0, p1 = indptr[row], indptr[row + 1]"]
-    out += [f"            q = (j - c0) * {W}"]
-    out += lines("z{r} = Zc[q + {r}]", 12)
-    out += entries("g[o + _u({r})] += z{r}", "g[o + _u({r})] += v * z{r}")
+    out += rows(8, group) + ["    while j < hi - lo:"] + rows(8, one)
+    out += [
+        "",
+        "",
+        "@_jit",
+        f"def _columns_{W}(unit, ccol, cptr, crow, cval, k0, k1, Zc, g):",
+        "    k = k0",
+        f"    while k + {G} <= k1:",
+    ]
+    out += cols(8, group) + ["    while k < k1:"] + cols(8, one)
     out += [
         "",
         "",
         "@_pjit",
-        f"def points_{W}(indptr, indices, values, unit, b, rows, ptr, PT, code, with_loss, zero, "
-        "chunk,",
+        f"def points_{W}(indptr, indices, values, unit, b, rows, ptr, plan, PT, code, with_loss, "
+        "zero,",
         f"{' ' * (12 + len(str(W)))}reg, out, lout):",
         "    R, d = reg.shape",
+        "    nch, cpos, kp, ccol, cptr, crow, cval, rperm = plan",
+        "    most = 0",
+        "    for c in range(cpos.size - 1):",
+        "        most = max(most, cpos[c + 1] - cpos[c])",
         "    for i in numba.prange(ptr.size - 1):",
-        f"        Zc = np.empty(chunk * {W}, dtype=PT.dtype)",
-        f"        bb = np.empty(chunk * {W}, dtype=PT.dtype)",
-        f"        Lc = np.empty(chunk * {W}, dtype=np.float64)",
+        f"        Zc = np.empty(most * {W}, dtype=PT.dtype)",
+        f"        bb = np.empty(most * {W}, dtype=PT.dtype)",
+        f"        Lc = np.empty(most * {W}, dtype=np.float64)",
         f"        g = np.empty(d * {W}, dtype=PT.dtype)",
         "        g[:] = zero",
         "        lsum = lout[i]",
         "        lsum[:] = zero",
-        f"        _node_{W}(indptr, indices, values, unit, PT, b, rows, ptr[i], ptr[i + 1], code,",
-        f"{' ' * (len(str(W)) + 15)}with_loss, zero, Zc, bb, Lc, g, lsum)",
+        "        inv = 1.0 / (ptr[i + 1] - ptr[i])",
+        "        for c in range(nch[i], nch[i + 1]):",
+        "            lo, hi = cpos[c], cpos[c + 1]",
+        f"            _margins_{W}(indptr, indices, values, unit, PT, b, rows, rperm, lo, hi,",
+        f"{' ' * (22 + len(str(W)))}zero, Zc, bb)",
+        f"            n = (hi - lo) * {W}",
+        "            if with_loss:",
+        f"                _loss_lanes(code, Zc, bb, n, inv, {W}, Lc, lsum)",
+        "            _dphi_lanes(code, Zc, bb, n, inv)",
+        f"            _columns_{W}(unit, ccol, cptr, crow, cval, kp[c], kp[c + 1], Zc, g)",
         "        for r in range(R):",
         "            o, rr = out[r, i], reg[r]",
         "            for k in range(d):",

@@ -234,8 +234,9 @@ def test_grad_points_equals_the_gradients_at_each_point(storage, engines, monkey
         G, L = p.grad_points(P, with_loss=True)
         if engine == "torch-sparse":  # its products are torch's CSR tensors, not SciPy's
             assert p._points_t["A"].layout == torch.sparse_csr
-        elif engine == "lanes":  # the CSR rows, as the kernels read them
-            assert len(p._points_l) == 5 and p._points_l[-1] == p.d
+        elif engine == "lanes":  # the CSR rows, as the kernels read them, and their order
+            csr, order = p._points_l
+            assert len(csr) == 5 and csr[-1] == p.d and len(order) == 8
         elif engine == "library":
             assert (p._points["X3"] is not None) == p.dense
         torch.testing.assert_close(G, torch.stack([p.grad(x) for x in P]), rtol=1e-12, atol=1e-14)

@@ -52,20 +52,58 @@ def test_every_width_and_count_of_points_gives_the_generic_numbers(dtype):
             _check(R, dtype, unit, seed=R)
 
 
-def _check(R: int, dtype: torch.dtype, unit: bool, seed: int = 0) -> None:
+@pytest.mark.parametrize("chunk", [1, 5, 16, 64])
+@pytest.mark.parametrize("R, dtype", [(12, torch.float64), (7, torch.float32)])
+def test_any_size_of_chunk_gives_the_generic_kernels_gradients_bit_for_bit(chunk, R, dtype):
+    """Nodes of 41, 0, 109, 72 and 78 rows in chunks of at most ``chunk`` rows: each column's
+    sum goes on from chunk to chunk in the rows' order, as the generic kernel adds them."""
+    for unit in (True, False):
+        _check(R, dtype, unit, seed=chunk, chunk=chunk)
+
+
+def test_the_plan_takes_each_row_and_entry_of_a_chunk_once_in_its_order():
+    csr, _, rows, ptr, d = _data(False, torch.float64, seed=3)
+    indptr, indices, values = csr[:3]
+    nch, cpos, kp, ccol, cptr, crow, cval, rperm = glm_lanes.plan(csr, rows, ptr, 16)
+    sizes = np.diff(ptr.numpy())
+    assert np.array_equal(np.diff(nch), -(-sizes // 16))  # the fewest chunks of <= 16 rows
+    assert cpos[0] == 0 and cpos[-1] == ptr[-1] and np.all(np.diff(cpos) >= 1)
+    assert np.all(np.diff(cpos) <= 16) and np.all(np.isin(ptr.numpy()[:-1][sizes > 0], cpos))
+    for c in range(nch[-1]):
+        lo, hi = cpos[c], cpos[c + 1]
+        order = rperm[lo:hi]
+        assert sorted(order) == list(range(hi - lo))
+        held = rows.numpy()[lo + order]
+        assert np.all(np.diff(indptr[held + 1] - indptr[held]) <= 0)  # longest rows first
+        dense = np.zeros((hi - lo, d))  # the chunk's rows as its columns give them
+        counts = np.diff(cptr[kp[c] : kp[c + 1] + 1])
+        assert np.all(counts >= 1) and np.all(np.diff(counts) <= 0)  # longest columns first
+        assert len(set(ccol[kp[c] : kp[c + 1]])) == kp[c + 1] - kp[c]
+        for t in range(kp[c], kp[c + 1]):
+            at = crow[cptr[t] : cptr[t + 1]]
+            assert np.all(np.diff(at) > 0)  # each column's rows in order
+            dense[at, ccol[t]] = cval[cptr[t] : cptr[t + 1]]
+        want = np.zeros_like(dense)
+        for q, row in enumerate(rows.numpy()[lo:hi]):
+            want[q, indices[indptr[row] : indptr[row + 1]]] = values[indptr[row] : indptr[row + 1]]
+        assert np.array_equal(dense, want)
+
+
+def _check(R: int, dtype: torch.dtype, unit: bool, seed: int = 0, chunk: int | None = None):
     csr, b, rows, ptr, d = _data(unit, dtype, seed)
     gen = torch.Generator().manual_seed(seed)
     P = torch.randn(R, d, generator=gen, dtype=dtype)
     P[0] *= 40.0  # saturating margins: exp overflows in phi'
     reg = torch.randn(R, d, generator=gen, dtype=dtype)
+    order = None if chunk is None else glm_lanes.plan(csr, rows, ptr, chunk)
     for loss, code in glm_kernels.LOSSES.items():
         for with_loss in (False, True):
-            G, L = glm_lanes.grad_points(csr, b, rows, ptr, P, code, with_loss)
+            G, L = glm_lanes.grad_points(csr, b, rows, ptr, P, code, with_loss, order=order)
             G0, L0 = glm_kernels.grad_points(csr, b, rows, ptr, P, loss, with_loss)
             assert G.shape == (R, 5, d) and G0.shape == (5, d, R)
             assert torch.equal(G, G0.permute(2, 0, 1)), (loss, R, dtype, unit)
             # the regulariser's term, added as the sums are written out: one addition
-            Gr, _ = glm_lanes.grad_points(csr, b, rows, ptr, P, code, with_loss, reg)
+            Gr, _ = glm_lanes.grad_points(csr, b, rows, ptr, P, code, with_loss, reg, order)
             assert torch.equal(Gr, G0.permute(2, 0, 1) + reg[:, None, :]), (loss, R, dtype)
             G = G.permute(1, 2, 0)
             if with_loss:  # the generic kernel compiles the loss with reassociation
