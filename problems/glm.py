@@ -760,7 +760,7 @@ class GLM(Problem):
     #: how :meth:`grad_points` computes: ``compiled`` (one pass of a compiled kernel over each
     #: node's rows for all points, where the kernels serve this loss), ``lanes`` (the same pass
     #: over the CSR rows by a kernel compiled for the number of points: :mod:`problems.
-    #: glm_lanes`; up to :data:`problems.glm_lanes.MAX_WIDTH` points), ``library`` (BLAS or
+    #: glm_lanes`; :data:`problems.glm_lanes.MAX_WIDTH` points a pass), ``library`` (BLAS or
     #: SciPy products with ``R`` right-hand sides), ``torch-sparse`` (the same sparse products
     #: by torch's CSR tensors, on the CPU as on a GPU; sparse layouts only) or ``auto`` (chosen
     #: on the first call)

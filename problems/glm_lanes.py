@@ -53,7 +53,7 @@ import torch
 
 from streams.compiled import compile_vectorised, launch, numba
 
-__all__ = ["MAX_WIDTH", "WIDTHS", "available", "grad_points", "plan", "width"]
+__all__ = ["MAX_WIDTH", "WIDTHS", "available", "grad_points", "pieces", "plan", "width"]
 
 MAX_WIDTH = 16
 WIDTHS = tuple(range(4, MAX_WIDTH + 1, 4))
@@ -66,14 +66,22 @@ DTYPES = (torch.float32, torch.float64)
 
 
 def width(R: int) -> int | None:
-    """The kernel width that serves ``R`` points (``None`` above :data:`MAX_WIDTH`)."""
+    """The kernel width that serves ``R`` points in one call (``None`` above
+    :data:`MAX_WIDTH`)."""
     w = -(-R // 4) * 4
     return w if 4 <= w <= MAX_WIDTH else None
 
 
+def pieces(R: int) -> list[tuple[int, int]]:
+    """The ranges of ``R`` points that take one kernel call each: :data:`MAX_WIDTH` points a
+    call, the rest in the last (20 points: 16 on the widest kernel, 4 on the narrowest)."""
+    return [(r, min(r + MAX_WIDTH, R)) for r in range(0, R, MAX_WIDTH)]
+
+
 def available(R: int, dtype: torch.dtype, device: torch.device) -> bool:
-    """Whether a kernel serves ``R`` points of ``dtype`` on ``device``."""
-    return numba is not None and device.type == "cpu" and dtype in DTYPES and width(R) is not None
+    """Whether the kernels serve ``R`` points of ``dtype`` on ``device`` (any ``R >= 1``, in
+    :func:`pieces` above :data:`MAX_WIDTH`)."""
+    return numba is not None and device.type == "cpu" and dtype in DTYPES and R >= 1
 
 
 #: ``(width, argument dtypes)`` whose kernel is ready in this process: a look-up here instead of
@@ -135,39 +143,55 @@ def grad_points(
     ``reg[r]`` (``(R, d)``, the regulariser's gradient at each point, a tensor or a NumPy
     array in the points' dtype; None: zeros), for CSR rows ``csr``
     (:func:`problems.glm_kernels.pack`) and the loss ``code``, on the kernel of width
-    :func:`width` ``(R)``. Each node's ``(d, W)`` sums stay in a buffer of its own and
-    are written out run by run with ``reg`` added, the one addition a separate transpose and
-    add made (the same bits), while they are in cache: no ``(m, d, W)`` array, no second pass
-    (w8a, 12 points, one thread: the transpose and add took 0.39 ms of a batched step's 7.5).
+    :func:`width` ``(R)`` (above :data:`MAX_WIDTH`, one call per :func:`pieces`: each point
+    is a lane of its own, so the same numbers). Each node's ``(d, W)`` sums stay in a buffer
+    of its own and are written out run by run with ``reg`` added, the one addition a separate
+    transpose and add made (the same bits), while they are in cache: no ``(m, d, W)`` array,
+    no second pass (w8a, 12 points, one thread: the transpose and add took 0.39 ms of a
+    batched step's 7.5).
     ``order``: :func:`plan` ``(csr, rows, ptr)`` (built here when None)."""
-    from problems import glm_lanes_kernels as K
-
     indptr, indices, values, unit, d = csr
     R = P.shape[0]
-    W = width(R)
     Pn = P.detach().numpy()
-    if W == R:  # the points by columns: NumPy's transposed copy (a torch one took 2.5x longer)
-        PT = np.ascontiguousarray(Pn.T)
-    else:
-        PT = np.zeros((d, W), Pn.dtype)
-        PT[:, :R] = Pn.T
     m = ptr.numel() - 1
     out = torch.empty(R, m, d, dtype=P.dtype)
-    lout = torch.empty(m, W, dtype=P.dtype)
     if reg is None:
         regn = np.zeros((R, d), Pn.dtype)
     else:
         regn = reg if isinstance(reg, np.ndarray) else reg.contiguous().numpy()
         regn = np.ascontiguousarray(regn)
-    zero = regn.dtype.type(0)
     if order is None:
         order = plan(csr, rows, ptr)
-    args = (indptr, indices, values, unit, b.numpy(), rows.numpy(), ptr.numpy(), order,
-            PT.reshape(-1), code, with_loss, zero, regn, out.numpy(), lout.numpy())  # fmt: skip
+    head = (indptr, indices, values, unit, b.numpy(), rows.numpy(), ptr.numpy(), order)
+    spans = pieces(R)
+    if len(spans) == 1:
+        return out, _call(head, Pn, code, with_loss, regn, out.numpy())
+    L = torch.empty(m, R, dtype=P.dtype)  # each piece's points are its own lanes: the same sums
+    for r0, r1 in spans:
+        L[:, r0:r1] = _call(head, Pn[r0:r1], code, with_loss, regn[r0:r1], out.numpy()[r0:r1])
+    return out, L
+
+
+def _call(head: tuple, Pn: np.ndarray, code: int, with_loss: bool, regn: np.ndarray,
+          out: np.ndarray) -> torch.Tensor:  # fmt: skip
+    """One kernel call for the points ``Pn`` (at most :data:`MAX_WIDTH`), their sums written
+    into ``out``; returns their ``(m, R)`` losses."""
+    from problems import glm_lanes_kernels as K
+
+    R, d = Pn.shape
+    W = width(R)
+    if W == R:  # the points by columns: NumPy's transposed copy (a torch one took 2.5x longer)
+        PT = np.ascontiguousarray(Pn.T)
+    else:
+        PT = np.zeros((d, W), Pn.dtype)
+        PT[:, :R] = Pn.T
+    lout = torch.empty(out.shape[1], W, dtype=torch.from_numpy(Pn[:0]).dtype)
+    zero = regn.dtype.type(0)
+    args = (*head, PT.reshape(-1), code, with_loss, zero, regn, out, lout.numpy())
     kernel = getattr(K, f"points_{W}")
-    ready = (W, indices.dtype, values.dtype, args[4].dtype, args[8].dtype)
+    ready = (W, head[1].dtype, head[2].dtype, args[4].dtype, args[8].dtype)
     if ready not in _READY:
         compile_vectorised(kernel, args)
         _READY.add(ready)
     launch(kernel, *args)
-    return out, lout[:, :R]
+    return lout[:, :R]

@@ -37,8 +37,8 @@ def _data(unit: bool, dtype: torch.dtype, seed: int = 0, rows: int = 300, d: int
 
 
 @pytest.mark.parametrize(
-    "R, dtype", [(3, torch.float64), (12, torch.float64), (5, torch.float32)]
-)  # widths 4, 12 and 8
+    "R, dtype", [(3, torch.float64), (12, torch.float64), (5, torch.float32), (21, torch.float64)]
+)  # widths 4, 12, 8, and 16 then 8
 @pytest.mark.parametrize("unit", [True, False])
 def test_the_lanes_kernels_give_the_generic_kernels_gradients_bit_for_bit(R, dtype, unit):
     _check(R, dtype, unit)
@@ -113,11 +113,14 @@ def _check(R: int, dtype: torch.dtype, unit: bool, seed: int = 0, chunk: int | N
             assert (G[1] == 0).all()  # the node with no row
 
 
-def test_widths_round_up_to_a_kernel_and_stop_at_the_largest():
+def test_widths_round_up_to_a_kernel_and_more_points_go_in_pieces():
     assert [glm_lanes.width(R) for R in (1, 3, 4, 5, 12, 13, 16)] == [4, 4, 4, 8, 12, 16, 16]
     assert glm_lanes.width(17) is None
     cpu = torch.device("cpu")
-    assert not glm_lanes.available(17, torch.float64, cpu)
+    assert glm_lanes.available(17, torch.float64, cpu)  # in pieces
+    assert glm_lanes.pieces(16) == [(0, 16)] and glm_lanes.pieces(37) == [(0, 16), (16, 32),
+                                                                           (32, 37)]  # fmt: skip
+    assert not glm_lanes.available(0, torch.float64, cpu)
     assert not glm_lanes.available(4, torch.float16, cpu)
 
 
