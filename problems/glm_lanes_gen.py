@@ -124,26 +124,15 @@ def _kernel(W: int) -> str:
             o += [ind(n) + f"g[c{g} + _u({r})] = a{g}_{r}" for r in L]
         return o + [ind(n) + f"k += {len(seqs)}"]
 
-    group, one = list(range(G)), [0]
-    out = [
-        "",
-        "",
-        "@_jit",
-        f"def _margins_{W}(indptr, indices, values, unit, PT, b, rows, rperm, "
-        "lo, hi, zero, Zc, bb):",
-        "    j = 0",
-        f"    while j + {G} <= hi - lo:",
-    ]
-    out += rows(8, group) + ["    while j < hi - lo:"] + rows(8, one)
-    out += [
-        "",
-        "",
-        "@_jit",
-        f"def _columns_{W}(unit, ccol, cptr, crow, cval, k0, k1, Zc, g):",
-        "    k = k0",
-        f"    while k + {G} <= k1:",
-    ]
-    out += cols(8, group) + ["    while k < k1:"] + cols(8, one)
+    def groups(sig: str, at: str, start: str, end: str, body) -> list[str]:
+        """A function taking its sequences ``G`` at a time, then one by one."""
+        head = ["", "", "@_jit", sig, f"    {at} = {start}", f"    while {at} + {G} <= {end}:"]
+        return head + body(8, list(range(G))) + [f"    while {at} < {end}:"] + body(8, [0])
+
+    out = groups(f"def _margins_{W}(indptr, indices, values, unit, PT, b, rows, rperm, lo, hi, "
+                 "zero, Zc, bb):", "j", "0", "hi - lo", rows)  # fmt: skip
+    out += groups(f"def _columns_{W}(unit, ccol, cptr, crow, cval, k0, k1, Zc, g):", "k", "k0",
+                  "k1", cols)  # fmt: skip
     out += [
         "",
         "",
