@@ -185,13 +185,13 @@ def _call(head: tuple, Pn: np.ndarray, code: int, with_loss: bool, regn: np.ndar
     else:
         PT = np.zeros((d, W), Pn.dtype)
         PT[:, :R] = Pn.T
-    lout = torch.empty(out.shape[1], W, dtype=torch.from_numpy(Pn[:0]).dtype)
+    lout = np.empty((out.shape[1], W), Pn.dtype)
     zero = regn.dtype.type(0)
-    args = (*head, PT.reshape(-1), code, with_loss, zero, regn, out, lout.numpy())
+    args = (*head, PT.reshape(-1), code, with_loss, zero, regn, out, lout)
     kernel = getattr(K, f"points_{W}")
     ready = (W, head[1].dtype, head[2].dtype, args[4].dtype, args[8].dtype)
     if ready not in _READY:
         compile_vectorised(kernel, args)
         _READY.add(ready)
     launch(kernel, *args)
-    return lout[:, :R]
+    return torch.from_numpy(lout[:, :R])
