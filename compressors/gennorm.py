@@ -221,6 +221,8 @@ class GenNorm(Compressor):
         b, a = code_params(beta, scale)
         p = index_probs(b, a, self.levels)
         weights = torch.round(p * WEIGHT_ONE).to(torch.int64).clamp(min=1)
+        if compiled.ENABLED and weights.device.type == "cpu":
+            return compiled.huffman_lengths(weights)  # the same lengths, in one call
         return huffman_lengths(weights)
 
     def symbols(self, packet: Packet) -> torch.Tensor:

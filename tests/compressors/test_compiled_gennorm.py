@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from compressors import compiled_gennorm, parse_spec
+from compressors.gennorm import huffman_lengths
 from streams import Streams
 from tests.compressors.compiled_cases import (
     check_against_torch_form,
@@ -124,3 +125,17 @@ def test_abs_sums_check_refuses_another_order(monkeypatch):
     assert not compiled_gennorm.sums_match()
     x = torch.randn(2, 5000, generator=torch.Generator().manual_seed(0))
     assert compiled_gennorm.abs_sums(x) is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    m=st.integers(1, 4),
+    K=st.integers(3, 61),
+    top=st.sampled_from([2, 3, 100, 2**40]),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_compiled_huffman_lengths_are_the_torch_forms(m, K, top, seed):
+    """The code's lengths from one compiled call equal the torch form's merges, ties included
+    (weights below ``top``: all equal at 2, many ties at 3 and 100)."""
+    w = torch.randint(1, top, (m, K), generator=torch.Generator().manual_seed(seed))
+    assert torch.equal(compiled_gennorm.huffman_lengths(w), huffman_lengths(w))
