@@ -80,11 +80,11 @@ def test_the_heap_threshold_selects_what_the_torch_form_selects(m, d, k, kind, s
     dtype=st.sampled_from([torch.float64, torch.float32]),
 )
 def test_top_1_takes_the_first_entry_of_largest_magnitude(m, d, kind, seed, dtype):
-    """Top-1's scan (eight running maxima, then the first entry that has the largest): the
-    torch form's entry, on rows shorter and longer than eight and not a multiple of it, with
-    ties (few distinct values, a constant row), NaN, infinities and signed zeros (NaN and
-    infinities tie at the top: the first of them), and the largest entry last (in the tail
-    that the eight maxima do not cover)."""
+    """Top-1's two passes (the largest magnitude, then the first entry that has it), in Top-K
+    and in its shifted form: the torch form's entry, on rows shorter and longer than eight and
+    not a multiple of it, with ties (few distinct values, a constant row), NaN, infinities and
+    signed zeros (NaN and infinities tie at the top: the first of them), and the largest entry
+    last (in the tail that the vector passes leave to scalar code)."""
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn(m, d, generator=gen, dtype=torch.float64)
     if kind == "ties":
@@ -102,6 +102,10 @@ def test_top_1_takes_the_first_entry_of_largest_magnitude(m, d, kind, seed, dtyp
     for idx, values in (compiled.top_k(x, 1), compiled.top_k_rows(x, 1)[:2]):
         assert torch.equal(idx, want)
         assert torch.equal(values.view(torch.uint8), torch.gather(x, 1, want).view(torch.uint8))
+    # the shifted form's own pass (EF21's node side), by a shift of zeros (x - 0 is x)
+    idx, values = compiled.top_k_shifted(x.clone(), torch.zeros_like(x), 1)[:2]
+    assert torch.equal(idx, want)
+    assert torch.equal(values.view(torch.uint8), torch.gather(x, 1, want).view(torch.uint8))
 
 
 @settings(max_examples=40, deadline=None)
