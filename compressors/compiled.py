@@ -285,15 +285,11 @@ if numba is not None:
             return lambda row: (row.view(np.uint32), _ABS32, _INF32)
         return lambda row: (row.view(np.uint64), _ABS64, _INF64)
 
-    @_jit
-    def _first_largest(row):
-        """The first position of the largest magnitude (:func:`_magnitude`: NaN ranks as
-        infinity) of a non-empty contiguous row, in two integer passes that vectorise: the
-        largest key ``min(bits & mask, inf)`` (a magnitude's order, see ``_ABS32``), then the
-        least position holding it. The single scan that keeps an entry only when it beats the
-        best so far gives the same position. 240 rows of 68 float64 (a batch of 12 runs of
-        EF21 + Top-1 on phishing), one thread: 12.6 -> 6.4 us."""
-        keys, mask, inf = _magnitude_keys(row)
+    @numba.njit(inline="always", cache=True)
+    def _largest_at(keys, mask, inf):
+        """The first position of the largest key ``min(bits & mask, inf)`` of a non-empty row of
+        :func:`_magnitude_keys`: the largest, then the least position holding it, two integer
+        passes that vectorise."""
         best = min(keys[0] & mask, inf)
         for j in range(1, keys.size):
             best = max(best, min(keys[j] & mask, inf))
@@ -301,6 +297,16 @@ if numba is not None:
         for j in range(keys.size):
             at = min(at, j if min(keys[j] & mask, inf) == best else keys.size)
         return at
+
+    @_jit
+    def _first_largest(row):
+        """The first position of the largest magnitude (:func:`_magnitude`: NaN ranks as
+        infinity) of a non-empty contiguous row, from its magnitudes' bits
+        (:func:`_largest_at`; see ``_ABS32``). The single scan that keeps an entry only when it
+        beats the best so far gives the same position. 240 rows of 68 float64 (a batch of 12
+        runs of EF21 + Top-1 on phishing), one thread: 12.6 -> 6.4 us."""
+        keys, mask, inf = _magnitude_keys(row)
+        return _largest_at(keys, mask, inf)
 
     @_jit
     def _top_k_row(row, k, scratch, idx, val):
@@ -361,17 +367,12 @@ if numba is not None:
             for i in range(c * m // chunks, (c + 1) * m // chunks):
                 _top_k_row(x[i], k, scratch, idx[i], val[i])
 
-    @_jit
-    def _top_k_shifted_row(x, h, k, scratch, idx, val, r):
-        """One row of :func:`top_k_shifted`; returns its squared error."""
+    @numba.njit(inline="always", cache=True)
+    def _shift_back(x, h, r):
+        """A shifted row's squared error ``||x - r||^2`` (``x`` the difference, ``r`` the
+        decoded row; each entry's error in ``x``'s dtype, squared and summed in float64), then
+        ``x = r + h``, the new shift."""
         d = x.size
-        for j in range(d):
-            x[j] = x[j] - h[j]
-        _top_k_row(x, k, scratch, idx, val)
-        for j in range(d):
-            r[j] = 0.0
-        for c in range(k):
-            r[idx[c]] = val[c]
         s0 = s1 = s2 = s3 = 0.0  # four running sums: the adds need not wait on each other
         j = 0
         while j + 4 <= d:
@@ -391,6 +392,19 @@ if numba is not None:
         return (s0 + s1) + (s2 + s3)
 
     @_jit
+    def _top_k_shifted_row(x, h, k, scratch, idx, val, r):
+        """One row of :func:`top_k_shifted`; returns its squared error."""
+        d = x.size
+        for j in range(d):
+            x[j] = x[j] - h[j]
+        _top_k_row(x, k, scratch, idx, val)
+        for j in range(d):
+            r[j] = 0.0
+        for c in range(k):
+            r[idx[c]] = val[c]
+        return _shift_back(x, h, r)
+
+    @_jit
     def _top_k_shifted_serial(x, h, k, idx, val, rows, sq):
         """:func:`_top_k_shifted` on this thread."""
         if k == 1:
@@ -402,46 +416,22 @@ if numba is not None:
 
     @_jit
     def _top_1_shifted(x, h, idx, val, rows, sq):
-        """:func:`_top_k_shifted_row` for ``k = 1``, row after row, the rows indexed in place:
-        a row's views (made and released at each call) cost more than its work on short rows,
-        where EF21 + Top-1 spends its time (240 rows of 68 float64, a batch of 12 runs on
-        phishing, one thread: 38 -> 24 us; 240 of 300, w8a's: 106 -> 65). The same operations in
-        the same order."""
-        m, d = x.shape
+        """:func:`_top_k_shifted_row` for ``k = 1``, row after row, its parts inlined: a call
+        with a row's views costs more than the row's work on short rows, where EF21 + Top-1
+        spends its time (240 rows of 68 float64, a batch of 12 runs on phishing, one thread:
+        38 -> 24 us; 240 of 300, w8a's: 106 -> 65). The same operations in the same order."""
         keys, mask, inf = _magnitude_keys(x)
-        for i in range(m):
-            for j in range(d):
-                x[i, j] = x[i, j] - h[i, j]
-            best = min(keys[i, 0] & mask, inf)  # :func:`_first_largest`, on row i
-            for j in range(1, d):
-                best = max(best, min(keys[i, j] & mask, inf))
-            at = d
-            for j in range(d):
-                at = min(at, j if min(keys[i, j] & mask, inf) == best else d)
-            v = x[i, at]
+        for i in range(x.shape[0]):
+            xr, hr, rr = x[i], h[i], rows[i]
+            for j in range(xr.size):
+                xr[j] = xr[j] - hr[j]
+            at = _largest_at(keys[i], mask, inf)
+            v = xr[at]
             idx[i, 0], val[i, 0] = at, v
-            for j in range(d):
-                rows[i, j] = 0.0
-            rows[i, at] = v
-            s0 = s1 = s2 = s3 = 0.0
-            j = 0
-            while j + 4 <= d:
-                e0 = np.float64(x[i, j] - rows[i, j])
-                e1 = np.float64(x[i, j + 1] - rows[i, j + 1])
-                e2 = np.float64(x[i, j + 2] - rows[i, j + 2])
-                e3 = np.float64(x[i, j + 3] - rows[i, j + 3])
-                s0 += e0 * e0
-                s1 += e1 * e1
-                s2 += e2 * e2
-                s3 += e3 * e3
-                j += 4
-            while j < d:
-                e0 = np.float64(x[i, j] - rows[i, j])
-                s0 += e0 * e0
-                j += 1
-            for j in range(d):
-                x[i, j] = rows[i, j] + h[i, j]
-            sq[i] = (s0 + s1) + (s2 + s3)
+            for j in range(rr.size):
+                rr[j] = 0.0
+            rr[at] = v
+            sq[i] = _shift_back(xr, hr, rr)
 
     @numba.njit(cache=True, nogil=True, parallel=True)
     def _top_k_shifted(x, h, k, idx, val, rows, sq):

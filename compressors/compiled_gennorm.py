@@ -45,6 +45,9 @@ SUB = 8192  # entries quantized, then summed from cache, at a time (whole cascad
 PAIRS_FROM = 4096  # shares of this many entries count their symbols two at a time
 _LANES: dict[int, int | None] = {}  # thread count -> the matching lane count (None: none)
 _SUMS: dict[int, bool] = {}  # thread count -> whether abs_sums gives torch's bits
+#: the row dtypes whose encoder is compiled with the SLP vectoriser in this process: a look-up
+#: here instead of typing its arguments at every call
+_READY: set[torch.dtype] = set()
 
 
 def usable(x: torch.Tensor) -> bool:
@@ -90,7 +93,9 @@ def encode(x, norm, factor, s: int, keys: torch.Tensor, lane_count: int | None =
     narrow = x.dtype == torch.float32
     args += ((s, kind(s), ushift, 2.0**-ubits, shift, narrow), (shares, V, two_pass, threads))
     args += (signs.numpy(), levels.numpy(), hist, part, out)
-    compile_vectorised(_encode, args)  # :func:`_rows16`'s lanes as vector operations
+    if x.dtype not in _READY:  # :func:`_rows16`'s lanes as vector operations
+        compile_vectorised(_encode, args)
+        _READY.add(x.dtype)
     launch(_encode, *args)
     counts = hist.sum(axis=1)
     counts = counts.sum(axis=0, keepdims=True) if two_pass else counts
@@ -466,8 +471,9 @@ if numba is not None:
 
     @_pjit
     def _encode(x, norm, factor, keys, draw, cut, signs, levels, hist, part, out):
-        """``draw``: ``(s, s in x's dtype, uniform shift, uniform scale)``; ``cut``: ``(shares,
-        lanes, whether the shares are one row's, torch's thread count)``."""
+        """``draw``: ``(s, s in x's dtype, uniform shift, uniform scale, a symbol's bits, whether
+        the rows are float32)``; ``cut``: ``(shares, lanes, whether the shares are one row's,
+        torch's thread count)``."""
         s, sf, ushift, uscale, shift, narrow = draw
         shares, V, two, T = cut
         ush = np.uint64(ushift)
