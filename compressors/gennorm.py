@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass
 from typing import ClassVar
 
+import numpy as np
 import torch
 
 from compressors import compiled_gennorm as compiled
@@ -24,10 +25,8 @@ LJ = 62  # canonical codewords left-justified to this many bits (every length is
 _BISECT = 45
 
 
-def _moment_ratio(beta: torch.Tensor) -> torch.Tensor:
-    """``(E|X|)^2 / E X^2 = Gamma(2/b)^2 / (Gamma(1/b) Gamma(3/b))`` of a GenNorm with shape
-    ``b``: increasing from 0 (``b -> 0``) to 3/4 (``b -> inf``)."""
-    return torch.exp(2 * torch.lgamma(2 / beta) - torch.lgamma(1 / beta) - torch.lgamma(3 / beta))
+#: the ``k`` of ``k / b`` in the moment ratio, one row each
+_KS = torch.tensor([[2.0], [1.0], [3.0]], dtype=torch.float64)
 
 
 def fit_gennorm(y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -40,19 +39,45 @@ def fit_gennorm(y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _fit_moments(m1: torch.Tensor, m2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`fit_gennorm` from the rows' ``mean |y|`` and ``mean y^2``."""
+    """:func:`fit_gennorm` from the rows' ``mean |y|`` and ``mean y^2``. On a CPU in float64 the
+    bisection's arithmetic runs in NumPy on the tensors' memory, with torch's own ``exp`` and
+    ``lgamma``: the same IEEE operations, so the same numbers. All in torch, its 45 steps made
+    about 700 calls on a few entries, some 2 us each (one row: the fit 1.54 -> 0.74 ms; 20 x 68
+    float32 rows: GenNorm's encode and decode 2.19 -> 1.40 ms)."""
     target = m1 * m1 / m2
-    lo = torch.full_like(m1, math.log(BETA_RANGE[0]))
-    hi = torch.full_like(m1, math.log(BETA_RANGE[1]))
-    for _ in range(_BISECT):
-        mid = 0.5 * (lo + hi)
-        below = _moment_ratio(torch.exp(mid)) < target
-        lo = torch.where(below, mid, lo)
-        hi = torch.where(below, hi, mid)
+    if target.device.type == "cpu" and target.dtype == torch.float64:
+        lo, hi = _bisect(target.numpy(), np, _numpy_of(torch.exp), _numpy_of(torch.lgamma),
+                         _KS.numpy())  # fmt: skip
+        lo, hi = torch.from_numpy(lo), torch.from_numpy(hi)
+    else:
+        ks = _KS.to(target.device, target.dtype)
+        lo, hi = _bisect(target, torch, torch.exp, torch.lgamma, ks)
     beta = torch.exp(0.5 * (lo + hi))
     beta = torch.where(torch.isfinite(target), beta, torch.nan)
     alpha = m1 * torch.exp(torch.lgamma(1 / beta) - torch.lgamma(2 / beta))
     return beta, alpha
+
+
+def _bisect(target, xp, exp, lgamma, ks) -> tuple:
+    """The bisection of :func:`fit_gennorm` in ``log b``: the ends ``(lo, hi)`` after
+    :data:`_BISECT` halvings, ``target`` and the ends arrays of ``xp`` (NumPy or torch), ``exp``
+    and ``lgamma`` torch's on them. The moment ratio is ``exp(2 lgamma(2 / b) - lgamma(1 / b) -
+    lgamma(3 / b))``, with ``k / b`` as torch's reflected division makes it, ``reciprocal(b) *
+    k`` (``ks``: the three ``k`` as a column)."""
+    lo = xp.full_like(target, math.log(BETA_RANGE[0]))
+    hi = xp.full_like(target, math.log(BETA_RANGE[1]))
+    for _ in range(_BISECT):
+        mid = 0.5 * (lo + hi)
+        L = lgamma(1.0 / exp(mid) * ks)
+        below = exp(2 * L[0] - L[1] - L[2]) < target
+        lo = xp.where(below, mid, lo)
+        hi = xp.where(below, hi, mid)
+    return lo, hi
+
+
+def _numpy_of(fn):
+    """Torch's elementwise ``fn`` on a NumPy array, through views of its memory."""
+    return lambda a: fn(torch.from_numpy(a)).numpy()
 
 
 def code_params(beta: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
