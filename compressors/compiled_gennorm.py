@@ -90,8 +90,7 @@ def encode(x, norm, factor, s: int, keys: torch.Tensor, lane_count: int | None =
     keys = keys.contiguous().numpy().view(np.uint64)
     args = (x.numpy(), norm.detach().contiguous().numpy(), f, keys)
     shift = np.uint16((2 * s).bit_length())  # the bits of a symbol, 0..2s
-    narrow = x.dtype == torch.float32
-    args += ((s, kind(s), ushift, 2.0**-ubits, shift, narrow), (shares, V, two_pass, threads))
+    args += ((s, kind(s), ushift, 2.0**-ubits, shift), (shares, V, two_pass, threads))
     args += (signs.numpy(), levels.numpy(), hist, part, out)
     if x.dtype not in _READY:  # :func:`_rows16`'s lanes as vector operations
         compile_vectorised(_encode, args)
@@ -189,8 +188,7 @@ def _find_lanes() -> int | None:
 
 
 if numba is not None:
-    from compressors.compiled_quant import _SCALE32, _USH32
-    from streams.compiled import _mix
+    from compressors.compiled_quant import _dither_narrow, _dither_wide
 
     _jit = numba.njit(cache=True, nogil=True)
     _pjit = numba.njit(cache=True, nogil=True, parallel=True)
@@ -411,9 +409,7 @@ if numba is not None:
                 out[j] = 0.0 + part[j, 0]
 
     @_jit
-    def _quantize(
-        xs, den, one, sf, finite, z0, ush, uscale, narrow, s, ss, ls, h, sym, pairs, ph, shift
-    ):
+    def _quantize(xs, den, one, sf, finite, z0, ush, uscale, s, ss, ls, h, sym, pairs, ph, shift):
         """QSGD's levels (max norm, drawn as :mod:`compressors.compiled_quant` draws them,
         ``z0`` the stream's state before the first entry of ``xs``), the signs sent and the
         symbols' counts: in a share of :data:`PAIRS_FROM` entries or more, successive symbols
@@ -422,26 +418,19 @@ if numba is not None:
         into ``h[0]`` (one increment per two entries: 1.25 * 10^7 entries on one thread, 7.2
         -> 5.1 ms with the symbols made, measured apart); in a shorter share, one by one into
         the four ``h``. ``sym``, ``pairs``: scratch of ``xs.size`` bytes and half as many
-        16-bit words. ``narrow``: float32 rows, whose uniforms (24 bits) and comparisons are
-        exact in float32, as in :func:`compressors.compiled_quant._dither_narrow` (1.25 * 10^7
-        entries, one thread: 7.5 -> 6.6 ms; compiled for float64 rows too, never run there)."""
+        16-bit words. The levels are QSGD's kernel's (float32 rows in float32, where their
+        24-bit uniforms are exact: 1.25 * 10^7 entries, one thread, 7.5 -> 6.6 ms)."""
         if not finite:  # a NaN or inf entry: the norm carries it, levels void
             ls[:] = 0
             ss[:] = False
             h[0, s] += xs.size
             return
-        if narrow:  # float32 rows: the uniform's 24 bits in float32, exactly (as QSGD's)
-            for i in range(xs.size):
-                U = np.uint32(_mix(z0 + np.uint64(i + 1) * _GOLDEN) >> _USH32)
-                y = min(abs(xs[i]) / den, one) * sf
-                low = np.floor(y)
-                ls[i] = np.int64(low) + np.int64(np.float32(U) * _SCALE32 < y - low)
+        # QSGD's own levels (grid 0 of compressors.compiled_quant's dithering; its signs, written
+        # into ss, are replaced below by the signs sent)
+        if xs.itemsize == 4:
+            _dither_narrow(xs, den, one, z0, 0, s, sf, one, ss, ls)
         else:
-            for i in range(xs.size):
-                u = np.float64(_mix(z0 + np.uint64(i + 1) * _GOLDEN) >> ush) * uscale
-                y = min(abs(xs[i]) / den, one) * sf
-                low = np.floor(y)
-                ls[i] = np.int64(low) + np.int64(u < np.float64(y - low))
+            _dither_wide(xs, den, one, z0, 0, s, sf, one, ush, uscale, ss, ls)
         for i in range(xs.size):  # the symbol s + sign level, branch-free
             neg = (xs[i] < 0) & (ls[i] > 0)
             ss[i] = neg
@@ -471,10 +460,9 @@ if numba is not None:
 
     @_pjit
     def _encode(x, norm, factor, keys, draw, cut, signs, levels, hist, part, out):
-        """``draw``: ``(s, s in x's dtype, uniform shift, uniform scale, a symbol's bits, whether
-        the rows are float32)``; ``cut``: ``(shares, lanes, whether the shares are one row's,
-        torch's thread count)``."""
-        s, sf, ushift, uscale, shift, narrow = draw
+        """``draw``: ``(s, s in x's dtype, uniform shift, uniform scale, a symbol's bits)``;
+        ``cut``: ``(shares, lanes, whether the shares are one row's, torch's thread count)``."""
+        s, sf, ushift, uscale, shift = draw
         shares, V, two, T = cut
         ush = np.uint64(ushift)
         one = sf / sf
@@ -503,14 +491,14 @@ if numba is not None:
                 c1 = min(full, c0 + per)
                 z = z0 + np.uint64(c0) * _GOLDEN
                 q = (ss[c0:c1], ls[c0:c1], hist[t], sym, pairs, ph, shift)
-                _quantize(xs[c0:c1], den, one, sf, finite, z, ush, uscale, narrow, s, *q)
+                _quantize(xs[c0:c1], den, one, sf, finite, z, ush, uscale, s, *q)
                 for c in range(c0, c1, block):
                     _level0(xs[c:], step, f, W, acc1[0], acc2[0])
                     i += step
                     _up(acc1, acc2, i, step - 1, power)
             z = z0 + np.uint64(full) * _GOLDEN
             q = (ss[full:], ls[full:], hist[t], sym, pairs, ph, shift)
-            _quantize(xs[full:], den, one, sf, finite, z, ush, uscale, narrow, s, *q)
+            _quantize(xs[full:], den, one, sf, finite, z, ush, uscale, s, *q)
             if paired:
                 _fold(ph, shift, hist[t])
             _level0(xs[full:], rows - i, f, W, acc1[0], acc2[0])
