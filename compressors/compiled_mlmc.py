@@ -47,13 +47,17 @@ CHUNK = 1 << 16  # entries (or packet slots) per task: a long row is shared amon
 def serves(x: torch.Tensor) -> bool:
     """Whether the kernels serve ``x`` (a 2-D CPU float32 or float64 tensor with at least
     ``FAST_FROM`` entries, rows shorter than ``2^32``)."""
+    return x.dim() == 2 and serves_rows(x.shape[0], x.shape[1], x)
+
+
+def serves_rows(m: int, d: int, like: torch.Tensor) -> bool:
+    """:func:`serves` for ``(m, d)`` rows of ``like``'s dtype and device."""
     return (
         ENABLED
-        and x.device.type == "cpu"
-        and x.dtype in (torch.float32, torch.float64)
-        and x.dim() == 2
-        and x.numel() >= max(1, FAST_FROM)
-        and 0 < x.shape[1] < (1 << 32)
+        and like.device.type == "cpu"
+        and like.dtype in (torch.float32, torch.float64)
+        and m * d >= max(1, FAST_FROM)
+        and 0 < d < (1 << 32)
     )
 
 
@@ -454,19 +458,20 @@ def bits_norms(x: torch.Tensor, s: torch.Tensor, bad: torch.Tensor, b: list[int]
     return norms
 
 
-def bits_fields(x, s, bad, level, p, b: list[int], step: int):
+def bits_fields(x, s, bad, level, p, b: list[int], step: int, q0_dtype, value_columns: int):
     """The payload fields of rows ``x`` (``s`` their absolute maxima, ``bad`` the non-finite
-    rows, ``level`` the drawn increments, ``p`` their probabilities): ``signs``, ``q0`` (int32),
-    the drawn truncation increment's ``digits`` (uint8; 0 in other rows) and the drawn top
-    increment's ``values`` (``x``'s dtype; 0 in other rows), in one pass."""
+    rows, ``level`` the drawn increments, ``p`` their probabilities): ``signs``, ``q0``
+    (``q0_dtype``), the drawn truncation increment's ``digits`` (uint8; 0 in other rows) and
+    the drawn top increment's ``values`` (``x``'s dtype, ``value_columns`` columns, ``d`` or
+    none; 0 in other rows), in one pass."""
     x = x.detach().contiguous()
     m, d = x.shape
     K = len(b) - 1
     hi = (b[0] + step * (level.clamp(max=max(K - 1, 0)) + 1)).numpy()
     signs = torch.empty(m, d, dtype=torch.bool)
-    q0 = torch.empty(m, d, dtype=torch.int32)
+    q0 = torch.empty(m, d, dtype=q0_dtype)
     digits = torch.empty(m, d, dtype=torch.uint8)
-    values = torch.empty(m, d, dtype=x.dtype)
+    values = torch.empty(m, value_columns, dtype=x.dtype)
     args = (x.numpy(), s.to(torch.float64).numpy(), bad.numpy(), level.numpy(), p.numpy())
     consts = (_pow2(b), _pow2(hi), _pow2(hi - step), 2.0**step, float(torch.finfo(x.dtype).max))
     launch(_bit_fields, *args, *consts, signs.numpy(), q0.numpy(), digits.numpy(), values.numpy())
@@ -475,7 +480,8 @@ def bits_fields(x, s, bad, level, p, b: list[int], step: int):
 
 def bits_decode(f: dict, base_bits: int) -> torch.Tensor:
     """The rows MLMC-bits fields ``f`` (float32 or float64) decode to, computed as the torch
-    form computes them, in one pass."""
+    form computes them, in one pass (``values`` with no columns: no row sent the top increment,
+    and each entry takes ``+ 0``, as from a zero value)."""
     s = f["scale"].contiguous()
     out = torch.empty(f["q0"].shape, dtype=s.dtype)
     kind = s.numpy().dtype
@@ -701,12 +707,12 @@ if numba is not None:
         for i in range(x.size):
             v = x[i]
             signs[i] = v < 0
-            q0[i] = np.int32(_code(_ratio(v, div, bad), pw[0]))
+            q0[i] = _code(_ratio(v, div, bad), pw[0])
         if trunc:  # the drawn truncation increment's digits
             for i in range(x.size):
                 ri = _ratio(x[i], div, bad)
                 dig[i] = np.uint8(_code(ri, ph) - _code(ri, pl) * shift)
-                val[i] = 0
+            val[:] = 0  # no columns where no row drew the top increment
         elif not bad:  # the drawn top increment, (x - Q_{b_depth}(x)) / p_top, saturated
             for i in range(x.size):
                 v64 = np.float64(x[i])
@@ -733,10 +739,17 @@ if numba is not None:
     def _decode_part(sr, ir, q0, dig, signs, val, unit, big, out):
         """One task of :func:`_bit_decode`."""
         ft = out.dtype.type
-        for i in range(out.size):
-            mag = sr * (ft(q0[i]) * unit)
-            mag = mag + ft(dig[i]) * ir
-            out[i] = (-mag if signs[i] else mag) + val[i]
+        if val.size:
+            for i in range(out.size):
+                mag = sr * (ft(q0[i]) * unit)
+                mag = mag + ft(dig[i]) * ir
+                out[i] = (-mag if signs[i] else mag) + val[i]
+        else:  # no row sent the top increment: + 0, as a zero value adds
+            zero = ft(0)
+            for i in range(out.size):
+                mag = sr * (ft(q0[i]) * unit)
+                mag = mag + ft(dig[i]) * ir
+                out[i] = (-mag if signs[i] else mag) + zero
         if np.isfinite(sr):  # an overflow of a finite row saturates
             for i in range(out.size):
                 out[i] = _clamp(out[i], big)

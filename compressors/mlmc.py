@@ -361,6 +361,19 @@ class MLMCBits(Compressor):
         mag = s.to(torch.float64)[:, None] * (self._codes(r, b) * 2.0**-b)
         return torch.where(x_i < 0, -mag, mag)
 
+    def _q0_dtype(self) -> torch.dtype:
+        """The narrowest integer dtype of the payload's ``q0`` (``< 2^base_bits``): a byte an
+        entry up to 8 bits, where int32 took four."""
+        return torch.uint8 if self.base_bits <= 8 else (
+            torch.int16 if self.base_bits <= 15 else torch.int32
+        )  # fmt: skip
+
+    def _value_columns(self, level: torch.Tensor, d: int) -> int:
+        """The columns of the payload's ``values``: ``d`` where some row drew the top increment,
+        else none (the top's probability is small on all but tiny rows, and a zero ``(m, d)``
+        block cost as much memory as the rest of the payload)."""
+        return d if bool((level == self.depth).any()) else 0
+
     def _encode(self, x_i: torch.Tensor, rng: Streams) -> Packet:
         m, d = x_i.shape
         b, K, step = self.precisions(), self.depth, self.step
@@ -385,7 +398,7 @@ class MLMCBits(Compressor):
         digits = self._codes(r, hi) - self._codes(r, hi - step) * 2.0**step
         digits = torch.where(trunc[:, None], digits, 0.0).to(torch.uint8)
         # the drawn top increment (x - Q_{b_depth}(x)) / p_top, in full
-        values = torch.zeros(m, d, dtype=x_i.dtype, device=x_i.device)
+        values = torch.zeros(m, self._value_columns(level, d), dtype=x_i.dtype, device=x_i.device)
         top = (level == K) & ~bad
         if bool(top.any()):
             x = x_i[top].to(torch.float64)
@@ -396,7 +409,7 @@ class MLMCBits(Compressor):
             "level": level,
             "scale": s,
             "signs": x_i < 0,
-            "q0": q0.to(torch.int32),
+            "q0": q0.to(self._q0_dtype()),
             "inc_scale": scale,
             "digits": digits,
             "values": values,
@@ -420,20 +433,27 @@ class MLMCBits(Compressor):
         norms = compiled_mlmc.bits_norms(x_i, s, bad, b, step)
         level, p_l = draw_level(norms, rng)
         _, scale = self._inc_scale(s, level, p_l, (level < K) & ~bad, x_i.dtype)
-        signs, q0, digits, values = compiled_mlmc.bits_fields(x_i, s, bad, level, p_l, b, step)
+        cols = self._value_columns(level, x_i.shape[1])
+        signs, q0, digits, values = compiled_mlmc.bits_fields(
+            x_i, s, bad, level, p_l, b, step, self._q0_dtype(), cols
+        )
         fields = {"level": level, "scale": s, "signs": signs, "q0": q0, "inc_scale": scale}
         fields |= {"digits": digits, "values": values}
         return self._packet(x_i, self.row_bits(level, x_i.shape[1]), set(fields), **fields)
 
     def _decode(self, packet: Packet) -> torch.Tensor:
         f = packet.fields
-        if compiled_mlmc.serves(f["values"]) and f["scale"].dtype == f["values"].dtype:
+        like = f["scale"]
+        if compiled_mlmc.serves_rows(packet.m, packet.d, like) and (
+            f["values"].shape[1] == 0 or f["values"].dtype == like.dtype
+        ):
             return compiled_mlmc.bits_decode(f, self.base_bits)
         wd = work_dtype(packet.dtype)
         s = f["scale"].to(wd)[:, None]
         mag = s * (f["q0"].to(wd) * 2.0**-self.base_bits)
         mag = mag + f["digits"].to(wd) * f["inc_scale"].to(wd)[:, None]
-        y = torch.where(f["signs"], -mag, mag) + f["values"].to(wd)
+        y = torch.where(f["signs"], -mag, mag)
+        y = y + f["values"].to(wd) if f["values"].shape[1] else y + 0.0  # -0 + 0 is +0 in both
         big = torch.finfo(packet.dtype).max
         if bool((y.abs() > big).any()):  # overflow of a finite row saturates
             y = torch.where(torch.isfinite(s), y.clamp(-big, big), y)
@@ -466,7 +486,7 @@ class MLMCBits(Compressor):
         trunc = (level < self.depth).to(torch.int64)
         inc_scale = rd.floats(1, lf["inc_scale"].dtype, count=trunc)[:, 0]
         digits = rd.uint(d, self.step, count=trunc * d).to(torch.uint8)
-        values = rd.floats(d, lf["values"].dtype, count=(1 - trunc) * d)
+        values = rd.floats(self._value_columns(level, d), lf["values"].dtype, count=(1 - trunc) * d)
         return self._rebuilt(
             like,
             r,
@@ -474,7 +494,7 @@ class MLMCBits(Compressor):
             level=level,
             scale=scale,
             signs=(code & 1).bool(),
-            q0=(code >> 1).to(torch.int32),
+            q0=(code >> 1).to(self._q0_dtype()),
             inc_scale=inc_scale,
             digits=digits,
             values=values,
