@@ -36,7 +36,9 @@ on one side only.)
 * storage: the full gradient on each engine, forced (float64): the measured costs among which
   ``storage=auto`` chose;
 * grad: compzoo's full gradient alone (the problem's compiled kernel), at a shared point
-  with non-zero margins (:func:`time_grad`);
+  with non-zero margins (:func:`time_grad`), and the vectorized script's at the same point
+  (:func:`time_vec_grad`): where compzoo is the slower, the report splits both steps into
+  that gradient and the rest;
 * two-touch: the cheapest pass that reads each stored entry of compzoo's storage twice, once
   for a margin and once for the sum, nodes in parallel (no loss, no labels): what a gradient
   costs on this CPU when all else is free. ``loop / (floor + two-touch)`` is then the largest
@@ -218,6 +220,17 @@ def time_grad(problem, steps: int) -> float:
     return (time.perf_counter() - t0) / steps
 
 
+def time_vec_grad(data: VecData, d: int, steps: int) -> float:
+    """Seconds per call of the vectorized script's gradient (its data term, on the storage it
+    chose) at the point :func:`time_grad` uses."""
+    x = np.linspace(-0.1, 0.1, d).astype(data.dtype)
+    data.grads(x)
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        data.grads(x)
+    return (time.perf_counter() - t0) / steps
+
+
 def time_touch(problem, steps: int) -> float:
     """Seconds per call of the two-touch pass on compzoo's own storage of the data (its
     engine's layout, dense or CSR, as the compiled kernels hold it): for every
@@ -312,10 +325,12 @@ def bench_set(path: Path, name: str, dtype: str, steps: int, repeats: int) -> li
         time_compzoo(job["algo"], free, 2)
         time_loop(lambda j=job: loop_for(problem, j["method"], j["algo"], j["k"], 2), 2)
         time_loop(lambda j=job: vec_for(problem, j["method"], j["algo"], j["k"], 2, data), 2)
-    grads, touches = [], []
+    grads, vec_grads, touches = [], [], []
     for rnd in range(repeats):
         glm_engine.settle()
         grads.append(time_grad(problem, steps))
+        glm_engine.settle()
+        vec_grads.append(time_vec_grad(data, d, steps))
         glm_engine.settle()
         touches.append(time_touch(problem, steps))
         for job in jobs:
@@ -360,6 +375,7 @@ def bench_set(path: Path, name: str, dtype: str, steps: int, repeats: int) -> li
                 "vectorized_variant": data.variant,
                 **{f"vectorized_{v}_grad_s": t for v, t in data.timings.items()},
                 "grad_s": statistics.median(grads),
+                "vectorized_grad_s": statistics.median(vec_grads),
                 **layouts,
                 "touch_s": statistics.median(touches),
                 "sparse_bytes": bandwidth.data_bytes(N, d, itemsize, nnz),

@@ -236,6 +236,7 @@ def paper_markdown(rows: list[dict]) -> str:
         text += f"\n\ncompzoo no slower than the vectorized script in {sum(every)} of "
         text += f"{len(every)} cases ({parts})."
     text += "\n\nTargets missed:\n" + ("\n".join(missed) if missed else "none") + "\n"
+    text += _paper_split(rows)
     layouts = {r["dataset"]: r for r in rows if "csr-torch_grad_s" in r}
     if layouts:
         text += "\nStorage by measured cost (float64 full gradient, ms; the vectorized "
@@ -263,6 +264,31 @@ def paper_markdown(rows: list[dict]) -> str:
         text += _table(head, lines)
         text += "\n"
     return text
+
+
+def _paper_split(rows: list[dict]) -> str:
+    """Where the step goes in the cases where compzoo is slower than the vectorized script:
+    each side's gradient and the rest of its step (its time less that gradient), the
+    gradients timed at one point in the same rounds (:func:`benchmarks.paper.time_grad`,
+    :func:`benchmarks.paper.time_vec_grad`: the script's data term, its regulariser is added in
+    its step). Empty when compzoo kept up everywhere."""
+    lines = []
+    for r in rows:
+        if not str(r.get("vectorized_target", "met")).startswith("MISSED"):
+            continue
+        vec_grad = r.get("vectorized_grad_s", float("nan"))
+        lines.append([
+            r["dataset"], r["dtype"], r["method"],
+            _ms(r["compzoo_s"]), _ms(r["grad_s"]), _ms(r["compzoo_s"] - r["grad_s"]),
+            _ms(r["vectorized_s"]), _ms(vec_grad), _ms(r["vectorized_s"] - vec_grad),
+        ])  # fmt: skip
+    if not lines:
+        return ""
+    head = ["set", "dtype", "method", "compzoo ms", "its grad ms", "its rest ms"]
+    head += ["vectorized ms", "its grad ms", "its rest ms"]
+    text = "\nWhere compzoo's step is slower than the script's (each side's gradient, then the "
+    text += "rest of its step):\n\n"
+    return text + _table(head, lines) + "\n"
 
 
 def _ms(s: float) -> str:

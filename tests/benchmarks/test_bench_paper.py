@@ -151,6 +151,14 @@ def test_paper_report_ratios_bounds_and_misses():
     assert f"- mushrooms float64 ef21: MISSED: {ratio:.2f}x > 3x (bound + floor)" in text
     assert "- mushrooms float32 ef21: MISSED" not in text
     assert "Storage by measured cost" not in text
+    assert "slower than the script's" not in text  # no vectorized timings: no split
+
+    vec = {"vectorized_variant": "dense", "vectorized_grad_s": 6e-4}
+    slow = [{**out[0], "vectorized_s": 2e-3, **vec}, {**out[0], "vectorized_s": 8e-4, **vec}]
+    split = report.paper_markdown(report.derive_paper(slow, bandwidth=2.0**30))
+    assert "slower than the script's" in split  # the second: 1 ms against the script's 0.8
+    assert "| mushrooms | float64 | ef21 | 1 | 0.5 | 0.5 | 0.8 | 0.6 | 0.2 |" in split
+    assert "| mushrooms | float64 | ef21 | 1 | 0.5 | 0.5 | 2 |" not in split  # compzoo faster
 
     def costs(**given):  # every engine 5 ms unless given
         return {f"{e.replace('_', '-')}_grad_s": given.get(e.replace("-", "_"), 5e-3)
