@@ -65,12 +65,14 @@ DRAWS = ("loop", "batch")
 class VecData:
     """All nodes' rows of ``logreg-nonconvex`` (node ``i`` owns rows
     ``offsets[i]:offsets[i+1]`` of ``A``, labels ``b``), stored for gradients of every node at
-    once. ``variant``: one of :data:`VARIANTS` or ``"auto"`` (time each on ``calls`` gradients
-    per round, ``rounds`` rounds interleaved, keep the fastest median round)."""
+    once. ``variant``: one of :data:`VARIANTS` or ``"auto"`` (time each in ``rounds`` rounds
+    interleaved, a round ``calls`` gradients or as many as fill ``budget_s`` seconds after one
+    untimed call, and keep the fastest median round)."""
 
     def __init__(
-        self, A, b, offsets, dtype, variant: str = "auto", calls: int = 5, rounds: int = 5
-    ) -> None:
+        self, A, b, offsets, dtype, variant: str = "auto", calls: int = 5, rounds: int = 5,
+        budget_s: float = 0.02,
+    ) -> None:  # fmt: skip
         if variant not in (*VARIANTS, "auto"):
             raise ValueError(f"variant must be one of {(*VARIANTS, 'auto')}, got {variant!r}")
         dt = np.dtype(dtype)
@@ -94,7 +96,7 @@ class VecData:
             self._blas = ThreadpoolController().select(user_api="blas")
         self.variant = variant
         if variant == "auto":
-            self.variant = self._choose(calls, rounds)
+            self.variant = self._choose(calls, rounds, budget_s)
             drop = ("P", "nbP", "nb_mP") if self.variant in ("csr", "csc") else ("A", "BT")
             drop += ("Ac",) if self.variant != "csc" else ("A",)
             for name in drop:
@@ -120,18 +122,28 @@ class VecData:
             self.nb_mP = np.zeros((n, m), dtype=self.dtype)
             self.nbP[pad], self.nb_mP[pad] = self.nb, self.nb_m
 
-    def _choose(self, calls: int, rounds: int) -> str:
-        x = np.zeros(self.d, dtype=self.dtype)
+    def _choose(self, calls: int, rounds: int, budget_s: float) -> str:
+        """The variant of the least median time per gradient. Each round of a variant starts
+        with quiet threads (the previous variant's BLAS threads spin for ~0.1 s after a call)
+        and one untimed call, which wakes its own, then times gradients for ``budget_s``
+        seconds (at least ``calls``): the sustained rate of a script's steps. Five calls
+        straight after the wake-up measured BLAS's dense gradients 1.5-2.5x slower than in a
+        run of steps (phishing float32: 0.27 ms against 0.10), and mushrooms' float32 script
+        took CSR in one run of three though dense steps are faster there. The point has
+        non-zero margins, as in the steps (:func:`benchmarks.paper.time_grad`'s)."""
+        x = np.linspace(-0.1, 0.1, self.d).astype(self.dtype)
         for v in VARIANTS:
             self._grads[v](x)  # warm-up
         times: dict[str, list[float]] = {v: [] for v in VARIANTS}
         for _ in range(rounds):
             for v in VARIANTS:
-                settle()  # the previous variant's BLAS threads quiet (they spin for ~0.1 s)
-                t0 = time.perf_counter()
-                for _ in range(calls):
+                settle()
+                self._grads[v](x)
+                done, t0 = 0, time.perf_counter()
+                while done < calls or time.perf_counter() - t0 < budget_s:
                     self._grads[v](x)
-                times[v].append((time.perf_counter() - t0) / calls)
+                    done += 1
+                times[v].append((time.perf_counter() - t0) / done)
         self.timings = {v: float(np.median(t)) for v, t in times.items()}
         return min(VARIANTS, key=self.timings.__getitem__)
 
