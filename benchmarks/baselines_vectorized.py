@@ -127,9 +127,9 @@ class VecData:
         with quiet threads (the previous variant's BLAS threads spin for ~0.1 s after a call)
         and one untimed call, which wakes its own, then times gradients for ``budget_s``
         seconds (at least ``calls``): the sustained rate of a script's steps. Five calls
-        straight after the wake-up measured BLAS's dense gradients 1.5-2.5x slower than in a
-        run of steps (phishing float32: 0.27 ms against 0.10), and mushrooms' float32 script
-        took CSR in one run of three though dense steps are faster there. The point has
+        straight after the wake-up measured the gradients 1.1-2.6x slower than in a run of
+        steps (phishing float32, dense: 0.27 ms against 0.10), and mushrooms' float32 script
+        took CSR in one run of three though its dense steps are faster there. The point has
         non-zero margins, as in the steps (:func:`benchmarks.paper.time_grad`'s)."""
         x = np.linspace(-0.1, 0.1, self.d).astype(self.dtype)
         for v in VARIANTS:
