@@ -739,17 +739,11 @@ if numba is not None:
     def _decode_part(sr, ir, q0, dig, signs, val, unit, big, out):
         """One task of :func:`_bit_decode`."""
         ft = out.dtype.type
-        if val.size:
-            for i in range(out.size):
-                mag = sr * (ft(q0[i]) * unit)
-                mag = mag + ft(dig[i]) * ir
-                out[i] = (-mag if signs[i] else mag) + val[i]
-        else:  # no row sent the top increment: + 0, as a zero value adds
-            zero = ft(0)
-            for i in range(out.size):
-                mag = sr * (ft(q0[i]) * unit)
-                mag = mag + ft(dig[i]) * ir
-                out[i] = (-mag if signs[i] else mag) + zero
+        sent, zero = val.size > 0, ft(0)  # no values: + 0, as a zero value adds (-0 -> +0)
+        for i in range(out.size):
+            mag = sr * (ft(q0[i]) * unit)
+            mag = mag + ft(dig[i]) * ir
+            out[i] = (-mag if signs[i] else mag) + (val[i] if sent else zero)
         if np.isfinite(sr):  # an overflow of a finite row saturates
             for i in range(out.size):
                 out[i] = _clamp(out[i], big)

@@ -23,7 +23,7 @@ two C-library logarithms per tail entry (about a quarter of them) and the centra
 rational function.
 """
 
-# built against compressors/compiled_mlmc.py 31098cf76ce220aa
+# built against compressors/compiled_mlmc.py 50b37795d01e10b3
 # built against streams/compiled.py e68a8988580009b7
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ hand-built vector, the wire form with every level drawn, and the omega bound.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 
@@ -127,6 +128,40 @@ def test_wire_round_trip_with_every_level(dtype):
     bad[:, 0] |= 3  # the 2-bit level code reads 3 > depth
     with pytest.raises(ValueError, match="level"):
         c.from_bytes(bad, nbytes, like=packet, nodes=torch.arange(m))
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_the_payload_is_compact(compiled, monkeypatch):
+    """``q0`` in the narrowest dtype of ``base_bits``; ``values`` with no columns unless a
+    row drew the top increment, the decode then the same as from a zero block (-0 -> +0)."""
+    from compressors import compiled_mlmc
+
+    monkeypatch.setattr(compiled_mlmc, "FAST_FROM", 0)
+    monkeypatch.setattr(compiled_mlmc, "ENABLED", compiled and compiled_mlmc.ENABLED)
+    g = torch.Generator().manual_seed(9)
+    x = torch.randn(3, 4000, generator=g)
+    x[0, :7] = -0.0  # decodes to +0, as with a zero value added
+    rng = Streams.for_nodes(1, range(3), 3)
+    empty = 0
+    for spec, dtype in [("mlmc-bits", torch.uint8), ("mlmc-bits:base_bits=8", torch.uint8),
+                        ("mlmc-bits:base_bits=9,depth=2", torch.int16),
+                        ("mlmc-bits:base_bits=16,depth=1", torch.int32)]:  # fmt: skip
+        c = parse_spec(spec)
+        p = c.encode(x, rng)
+        assert p.fields["q0"].dtype == dtype
+        drew_top = bool((p.fields["level"] == c.depth).any())
+        assert p.fields["values"].shape == (3, 4000 if drew_top else 0)
+        if drew_top:
+            continue
+        empty += 1
+        y = c.decode(p)
+        full = dict(p.fields, values=torch.zeros(3, 4000))
+        assert torch.equal(y.view(torch.int32), c.decode(dataclasses.replace(p, fields=full))
+                           .view(torch.int32))  # fmt: skip
+        assert bool((y[0, :7].view(torch.int32) == 0).all())  # +0, not -0
+    assert empty >= 3  # long rows: the top increment is rarely drawn
+    top = parse_spec("mlmc-bits:depth=0").encode(x, rng)  # depth 0: the top is the only draw
+    assert top.fields["values"].shape == (3, 4000)
 
 
 def test_omega_is_the_box_supremum_and_below_the_plain_bound():
