@@ -26,7 +26,16 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from problems import cache, glm_consts, glm_engine, glm_kernels, glm_lanes, glm_reg, solver
+from problems import (
+    cache,
+    glm_bits,
+    glm_consts,
+    glm_engine,
+    glm_kernels,
+    glm_lanes,
+    glm_reg,
+    solver,
+)
 from problems.base import Batch, Consts, Problem, _Lazy, parse_x0
 from problems.data import MAX_DIM, load_tabular
 from problems.linalg import single_threaded
@@ -56,7 +65,8 @@ DATA_KNOBS: dict[str, tuple[Any, str]] = {
                 "8 MB by columns too for full gradients), dense-torch, csr-torch (torch's "
                 "products), csr-scipy, csc-scipy "
                 "(SciPy's sparse products), dense-numpy (NumPy's BLAS on a padded stack), csc "
-                "(compiled kernel on each node's rows by columns)"),
+                "(compiled kernel on each node's rows by columns), dense-bits (rows whose "
+                "non-zeros share one value as bit masks, full gradients by masked additions)"),
     "threads": ("auto", "threads of the gradients: auto (measured with the engine: 1 or torch's "
                 "count) or a positive integer"),
     "server_rows": (0, "rows drawn at random (seeded) for the server's own data, held out of the "
@@ -237,7 +247,10 @@ class GLM(Problem):
             return
         dense_ok = glm_engine.dense_allowed(N, d, nnz)
         csc_ok = glm_engine.csc_allowed(self.n, d, nnz)
-        engines = glm_engine.candidates(storage, dense_ok, self._compiled, self._scipy_ok, csc_ok)
+        bits_ok = nnz > 0 and bool((self._A64.data == self._A64.data[0]).all())
+        engines = glm_engine.candidates(
+            storage, dense_ok, self._compiled, self._scipy_ok, csc_ok, bits_ok
+        )  # fmt: skip
         options = [(e, t) for e in engines for t in glm_engine.thread_candidates(threads)]
         probe = torch.linspace(-0.1, 0.1, self.m * d, dtype=self.dtype).reshape(self.m, d)
         probe = probe.to(self.device)
@@ -254,17 +267,18 @@ class GLM(Problem):
 
     def _use_engine(self, engine: str, threads: int | None) -> None:
         """Switch the gradients to ``engine`` on ``threads`` (None: torch's count)."""
-        if not self._compiled and engine in ("dense", "csr", "csc"):
-            engine = ("dense" if engine == "dense" else "csr") + "-torch"  # no kernels for
-            # this loss, dtype or device: torch's products
+        if not self._compiled and engine in ("dense", "csr", "csc", "dense-bits"):
+            engine = ("dense" if engine.startswith("dense") else "csr") + "-torch"  # no kernels
+            # for this loss, dtype or device: torch's products
         if engine.endswith("-scipy") and not self._scipy_ok:
             engine = "csr-torch"  # SciPy works on CPU float32/float64 arrays only
         if engine == "dense-numpy" and not self._scipy_ok:
             engine = "dense-torch"  # NumPy's BLAS: CPU float32/float64 arrays only
         self._numpy = engine == "dense-numpy"
-        self.dense = engine in ("dense", "dense-torch", "dense-numpy")
+        self.dense = engine in ("dense", "dense-torch", "dense-numpy", "dense-bits")
         self._points = self._points_k = self._points_t = self._points_l = None
-        self._kernels = engine in ("dense", "csr", "csc")
+        self._kernels = engine in ("dense", "csr", "csc", "dense-bits")
+        self._bits = engine == "dense-bits"  # full gradients by bit masks, where rows allow
         self._csc = engine == "csc"  # full gradients by columns; minibatches by the CSR kernel
         self._scipy = {"csr-scipy": "csr", "csc-scipy": "csc"}.get(engine)
         if self.dense and self._Ad is None:
@@ -274,7 +288,7 @@ class GLM(Problem):
         self._kbin = None  # dense rows of one non-zero value as bytes (the full gradients')
         if self._compiled:
             self._kdata = glm_kernels.pack(self._Ad if self.dense else None, csr, self.d)
-            if engine == "dense":
+            if engine in ("dense", "dense-bits"):
                 self._kbin = self._binary_rows()
         self.threads = threads
         shown = threads if threads is not None else torch.get_num_threads()
@@ -410,8 +424,11 @@ class GLM(Problem):
             # the full gradient's arrays as the kernels take them (_kernel_grad)
             self._kfull = (self._b.numpy(), self._krows.numpy(), self._ptr.numpy(),
                            glm_kernels.LOSSES[self.KERNEL_LOSS])  # fmt: skip
-            self._kcsc = self._kcols = None
-            if self.dense:  # the full gradients' margins read the rows by columns as well:
+            self._kcsc = self._kcols = self._kbits = None
+            if self._bits and self._kbin is not None:  # full gradients on bit masks
+                npdt = np.float32 if dt == torch.float32 else np.float64
+                self._kbits = glm_bits.pack(self._kbin[0], *self._kfull[1:3], npdt)
+            elif self.dense:  # the full gradients' margins read the rows by columns as well:
                 # (the rows by columns, the rows, the value of every non-zero or 1)
                 A, c = (self._kdata[0], 1.0) if self._kbin is None else self._kbin
                 if A.nbytes <= glm_kernels.COLUMNS_MAX_BYTES:
@@ -424,9 +441,14 @@ class GLM(Problem):
                 b, krows, kptr, code = self._kfull
                 data, scale, cols = self._full_data()
                 npdt = np.float32 if dt == torch.float32 else np.float64
-                self._kplan = glm_kernels.point_grad_plan(
-                    data, b, krows, kptr, code, npdt, scale, cols, self._kcsc
-                )  # fmt: skip
+                if self._kbits is not None:
+                    self._kplan = glm_bits.point_plan(
+                        self._kbits, b, krows, kptr, code, npdt, self._kbin[1]
+                    )  # fmt: skip
+                else:
+                    self._kplan = glm_kernels.point_grad_plan(
+                        data, b, krows, kptr, code, npdt, scale, cols, self._kcsc
+                    )  # fmt: skip
             return
         sub, B = self._block_design(rows, local)
         if self._scipy:  # SciPy's sparse products on the held rows, in the problem's dtype
@@ -634,6 +656,9 @@ class GLM(Problem):
         b, krows, kptr, code = self._kfull
         if rows is None and self._kcsc is not None:
             G = glm_kernels.grad_csc_arrays(self._kcsc, X, R, code, Yn)
+            return torch.from_numpy(G)
+        if rows is None and self._kbits is not None:
+            G = glm_bits.grad_arrays(self._kbits, b, krows, kptr, X, R, code, Yn, self._kbin[1])
             return torch.from_numpy(G)
         if rows is not None:
             krows, kptr = rows.numpy(), ptr.numpy()

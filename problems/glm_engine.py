@@ -1,7 +1,9 @@
 """The GLM gradient's engine, chosen by measurement on the machine at hand.
 
-A GLM's gradient can run on eight engines: the compiled kernels (:mod:`problems.glm_kernels`) on
-dense rows, on CSR rows, or on each node's rows by columns (``csc``), torch's own products
+A GLM's gradient can run on nine engines: the compiled kernels (:mod:`problems.glm_kernels`) on
+dense rows, on CSR rows, or on each node's rows by columns (``csc``), the compiled kernel on dense
+rows of one non-zero value as bit masks (``dense-bits``, :mod:`problems.glm_bits`), torch's own
+products
 (batched dense BLAS, or a sparse product of the block-diagonal design), SciPy's sparse products
 (margins by one CSR or CSC product, sums by the transposed block-diagonal design), or NumPy's
 BLAS on the rows as a padded dense stack (what a researcher's vectorized script does:
@@ -48,10 +50,12 @@ __all__ = ["ENGINES", "STORAGES", "choose", "describe", "machine", "parse", "thr
 #: The engines: the compiled kernels on dense or CSR rows, torch's dense or sparse products,
 #: SciPy's sparse products (margins by a CSR or a CSC product at a shared point, sums by the
 #: transposed block-diagonal CSR: what a researcher's vectorized script does), NumPy's BLAS,
-#: and the compiled kernel on each node's rows by columns (``csc``: full gradients without a
-#: branch per row; minibatches by the CSR kernel).
+#: the compiled kernel on each node's rows by columns (``csc``: full gradients without a
+#: branch per row; minibatches by the CSR kernel), and dense rows whose non-zeros share one
+#: value as bit masks by columns (``dense-bits``, :mod:`problems.glm_bits`: full gradients by
+#: masked additions; minibatches by the dense kernel; other rows: the dense kernel throughout).
 ENGINES = ("dense", "csr", "dense-torch", "csr-torch", "csr-scipy", "csc-scipy", "dense-numpy",
-           "csc")  # fmt: skip
+           "csc", "dense-bits")  # fmt: skip
 STORAGES = ("auto", *ENGINES)
 #: Dense candidates are tried from this density (below it a dense pass reads twenty times the
 #: entries a sparse one does, which no CPU here repays) up to this many entries (float64:
@@ -103,7 +107,7 @@ _FORMAT = b"compzoo-engine-v3"
 
 #: The code whose speed the memo records: the compiled kernels, the GLM's library paths, this.
 CODE = tuple(Path(__file__).resolve().parent / n for n in ("glm_kernels.py", "glm.py",
-             "glm_engine.py", "glm_lanes.py", "glm_lanes_kernels.py"))  # fmt: skip
+             "glm_engine.py", "glm_lanes.py", "glm_lanes_kernels.py", "glm_bits.py"))  # fmt: skip
 
 
 def code_version(files=CODE) -> bytes:
@@ -160,16 +164,19 @@ def csc_allowed(n: int, d: int, nnz: int) -> bool:
 
 
 def candidates(
-    storage: str, dense_ok: bool, compiled: bool, scipy_ok: bool = True, csc_ok: bool = False
-) -> list[str]:
+    storage: str, dense_ok: bool, compiled: bool, scipy_ok: bool = True, csc_ok: bool = False,
+    bits_ok: bool = False,
+) -> list[str]:  # fmt: skip
     """The engines ``storage`` leaves to measure (one when forced; the compiled ones only where
-    the kernels serve this loss, dtype and device, ``csc`` only where ``csc_ok``, SciPy's on
-    CPU float32/float64)."""
+    the kernels serve this loss, dtype and device, ``csc`` only where ``csc_ok``,
+    ``dense-bits`` only where ``bits_ok`` (every stored entry of one value) and dense rows
+    are, SciPy's on CPU float32/float64)."""
     if storage != "auto":
         return [storage]
     out = ["csr"] if compiled else []
     out += ["csc"] if compiled and csc_ok else []
     out += ["dense"] if compiled and dense_ok else []
+    out += ["dense-bits"] if compiled and dense_ok and bits_ok else []
     out += ["csr-torch"] + (["dense-torch"] if dense_ok else [])
     out += ["csr-scipy", "csc-scipy"] if scipy_ok else []
     out += ["dense-numpy"] if scipy_ok and dense_ok else []

@@ -171,11 +171,11 @@ def test_paper_report_ratios_bounds_and_misses():
         {**out[0], "dataset": "c", "storage": "csc-scipy/1", **costs(csc_scipy=1e-3)},
     ]
     table = report.paper_markdown(layouts)
-    assert "| mushrooms | 2 | 1 | 5 | 5 | 5 | 5 | 5 | 5 | csr | csr/1 | yes |" in table
-    assert "| a | 1 | 3 | 5 | 5 | 5 | 5 | 5 | 5 | dense | csr/2 | no |" in table
+    assert "| mushrooms | 2 | 1 | 5 | 5 | 5 | 5 | 5 | 5 | 5 | csr | csr/1 | yes |" in table
+    assert "| a | 1 | 3 | 5 | 5 | 5 | 5 | 5 | 5 | 5 | dense | csr/2 | no |" in table
     tie = "csr (tie within 5%: dense, csr)"
-    assert f"| b | 1.04 | 1 | 5 | 5 | 5 | 5 | 5 | 5 | {tie} | csr/1 | yes |" in table
-    assert "| c | 5 | 5 | 5 | 5 | 5 | 1 | 5 | 5 | csc-scipy | csc-scipy/1 | yes |" in table
+    assert f"| b | 1.04 | 1 | 5 | 5 | 5 | 5 | 5 | 5 | 5 | {tie} | csr/1 | yes |" in table
+    assert "| c | 5 | 5 | 5 | 5 | 5 | 1 | 5 | 5 | 5 | csc-scipy | csc-scipy/1 | yes |" in table
     assert "w8a.txt not found: skipped" in text
 
 

@@ -206,7 +206,7 @@ def test_report_has_the_vectorized_columns():
     assert "a9a float64 ef21: MISSED: compzoo 2.00x the vectorized time (issue 35)" in text
     fast = report.derive_paper([{**row, "vectorized_s": 4e-3}], 2.0**30)
     assert "| 2.00x | csr | met |" in report.paper_markdown(fast)
-    engines = "| a9a | 2 | 1 | 4 | 4 | 4 | 4 | 4 | 4 | csr | csr | yes |"
+    engines = "| a9a | 2 | 1 | 4 | 4 | 4 | 4 | 4 | 4 | 4 | csr | csr | yes |"
     assert engines + " 0.5 | 0.75 | 1.5 | 1.25 | csr |" in text
     assert set(report.VEC_STORAGES) == set(VARIANTS)
     assert "| nan | nanx | - | - |" in report.paper_markdown(out[1:])

@@ -295,7 +295,8 @@ def test_storage_option_forces_the_layout(storage):
     X = torch.randn(4, auto.d, generator=torch.Generator().manual_seed(8), dtype=torch.float64)
     torch.testing.assert_close(forced.grad(X), auto.grad(X), rtol=1e-12, atol=1e-14)
     torch.testing.assert_close(forced.node_loss(X), auto.node_loss(X), rtol=1e-12, atol=1e-14)
-    allowed = "auto, dense, csr, dense-torch, csr-torch, csr-scipy, csc-scipy, dense-numpy, csc"
+    allowed = "auto, dense, csr, dense-torch, csr-torch, csr-scipy, csc-scipy, dense-numpy, csc, "
+    allowed += "dense-bits"
     with pytest.raises(ValueError, match=f"storage must be one of {allowed}, got 'ram'"):
         LogRegNonconvex(A, b, COUNTS, lam=0.1, storage="ram")
 
