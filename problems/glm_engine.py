@@ -3,10 +3,9 @@
 A GLM's gradient can run on nine engines: the compiled kernels (:mod:`problems.glm_kernels`) on
 dense rows, on CSR rows, or on each node's rows by columns (``csc``), the compiled kernel on dense
 rows of one non-zero value as bit masks (``dense-bits``, :mod:`problems.glm_bits`), torch's own
-products
-(batched dense BLAS, or a sparse product of the block-diagonal design), SciPy's sparse products
-(margins by one CSR or CSC product, sums by the transposed block-diagonal design), or NumPy's
-BLAS on the rows as a padded dense stack (what a researcher's vectorized script does:
+products (batched dense BLAS, or a sparse product of the block-diagonal design), SciPy's sparse
+products (margins by one CSR or CSC product, sums by the transposed block-diagonal design), or
+NumPy's BLAS on the rows as a padded dense stack (what a researcher's vectorized script does:
 ``dense-numpy``), each on any number of threads. Which is
 fastest depends on the data (density, rows per node, ``d``), the dtype, the CPU and how loaded it
 is: on a shared 2-core
