@@ -50,7 +50,7 @@ values, int64 column indices and row pointers, twice; or the dense matrix, twice
 the measured memory bandwidth. The target (issue 16) is loop / compzoo >= 5x in float64.
 """
 
-# built against problems/glm_kernels.py 0003e4c6c3316213
+# built against problems/glm_kernels.py e627c9253ad4909c
 # built against streams/compiled.py e68a8988580009b7
 
 from __future__ import annotations

@@ -17,21 +17,22 @@ value, and chosen by measurement (:mod:`problems.glm_engine`). Measured on a 2-c
 phishing 34-39 us against 70-84 on two threads, a9a 116-138 against 233-240; on one thread
 60-64 against 113-153 and 227-230 against 468-470.
 
-The margins add the row's ``x_k`` in column order, the sums add the ``L`` lanes' running sums
-in order at the end: the same maths as the other engines, rounded differently (like theirs,
+The margins add the row's ``x_k`` in column order; the sums keep a running sum per lane, blocks
+in order, and add the ``L`` lanes in halves at the end (lane ``t + L/2`` onto lane ``t``, then
+``t + L/4``, ...): the same maths as the other engines, rounded differently (like theirs,
 deterministic for a given ``L``). Additions are skipped where a bit is clear, so a non-finite
 ``x_k`` reaches only the rows that hold column ``k`` (the bytes kernel multiplies it by 0).
 Minibatches and the many-point kernels use the dense engine's bytes.
 """
 
-# built against problems/glm_kernels.py 0003e4c6c3316213
+# built against problems/glm_kernels.py e627c9253ad4909c
 # built against streams/compiled.py e68a8988580009b7
 
 from __future__ import annotations
 
 import numpy as np
 
-from problems.glm_kernels import _dphi_points, _u
+from problems.glm_kernels import _u, _weights
 from streams.compiled import launch, numba
 
 __all__ = ["GROUP", "grad_arrays", "lanes", "pack", "point_plan"]
@@ -124,8 +125,13 @@ if numba is not None:
         """The data pointer of the array argument ``arg``."""
         return context.make_array(sig.args[arg])(context, builder, value).data
 
-    def _float_type(dtype) -> ir.Type:
-        return ir.FloatType() if dtype.bitwidth == 32 else ir.DoubleType()
+    def _registers(builder, dtype, L: int) -> tuple:
+        """The vector type of ``L`` floats of ``dtype``, its mask type, and ``GROUP`` zeroed
+        accumulators of it (stack slots, which LLVM keeps in registers)."""
+        vt = ir.VectorType(ir.FloatType() if dtype.bitwidth == 32 else ir.DoubleType(), L)
+        mt = ir.VectorType(ir.IntType(1), L)
+        acc = [cgutils.alloca_once_value(builder, ir.Constant(vt, None)) for _ in range(GROUP)]
+        return vt, mt, acc
 
     def _splat(builder, v, vt: ir.VectorType):
         u = builder.insert_element(ir.Constant(vt, ir.Undefined), v, ir.Constant(ir.IntType(32), 0))
@@ -141,9 +147,7 @@ if numba is not None:
         def codegen(context, builder, sig, args):
             Z, zo, M, mo, NB, D, Xa = args
             zp, mp, xp = (_vector(context, builder, sig, i, args[i]) for i in (0, 2, 6))
-            vt = ir.VectorType(_float_type(sig.args[0].dtype), L)
-            mt = ir.VectorType(ir.IntType(1), L)
-            acc = [cgutils.alloca_once_value(builder, ir.Constant(vt, None)) for _ in range(GROUP)]
+            vt, mt, acc = _registers(builder, sig.args[0].dtype, L)
             with cgutils.for_range(builder, D) as loop:
                 k = loop.index
                 xv = _splat(builder, builder.load(builder.gep(xp, [k])), vt)
@@ -162,16 +166,17 @@ if numba is not None:
 
     @intrinsic
     def _sums_group(typingctx, acc, masks, moff, nb, s):
-        """``acc[L q + t] = sum_{w < nb} s[L w + t] [bit t of masks[moff + q nb + w]]`` for
-        ``q < GROUP``, each lane's sum taken in block order."""
+        """``acc[q] = sum_t sum_{w < nb} s[L w + t] [bit t of masks[moff + q nb + w]]`` for
+        ``q < GROUP``: each lane's sum taken in block order, then the lanes added in halves
+        (lane ``t + L/2`` onto lane ``t``, then ``t + L/4`` onto ``t``, ...), here with no
+        fast-math flag, so that the order does not depend on what the compiler makes of the
+        code around it."""
         L = masks.dtype.bitwidth
 
         def codegen(context, builder, sig, args):
             A, M, mo, NB, S = args
             ap, mp, sp = (_vector(context, builder, sig, i, args[i]) for i in (0, 1, 4))
-            vt = ir.VectorType(_float_type(sig.args[0].dtype), L)
-            mt = ir.VectorType(ir.IntType(1), L)
-            run = [cgutils.alloca_once_value(builder, ir.Constant(vt, None)) for _ in range(GROUP)]
+            vt, mt, run = _registers(builder, sig.args[0].dtype, L)
             with cgutils.for_range(builder, NB) as loop:
                 w = loop.index
                 p = builder.gep(sp, [builder.mul(w, ir.Constant(w.type, L))])
@@ -182,8 +187,16 @@ if numba is not None:
                     a = builder.load(run[q])
                     builder.store(builder.select(bit, builder.fadd(a, sv), a), run[q])
             for q in range(GROUP):
-                p = builder.gep(ap, [ir.Constant(ir.IntType(64), L * q)])
-                builder.store(builder.load(run[q]), builder.bitcast(p, vt.as_pointer()), align=1)
+                v, h = builder.load(run[q]), L
+                while h > 1:  # lane t + h/2 onto lane t: halves, then quarters, ...
+                    h //= 2
+                    lo = ir.Constant(ir.VectorType(ir.IntType(32), h), list(range(h)))
+                    hi = ir.Constant(ir.VectorType(ir.IntType(32), h), list(range(h, 2 * h)))
+                    v = builder.fadd(
+                        builder.shuffle_vector(v, v, lo), builder.shuffle_vector(v, v, hi)
+                    )
+                t = builder.extract_element(v, ir.Constant(ir.IntType(32), 0))
+                builder.store(t, builder.gep(ap, [ir.Constant(ir.IntType(64), q)]))
             return context.get_dummy_value()
 
         return types.void(acc, masks, moff, nb, s), codegen
@@ -204,31 +217,19 @@ def _node(masks, base, nb, dp, b, rows, lo, hi, x, y, diff, r, code, zero, c, z0
           g):  # fmt: skip
     """One node's gradient: its margins by blocks, its weights, its sums by columns."""
     d, m = g.size, hi - lo
-    L = acc.size // GROUP
+    L = masks.itemsize * 8
     for j in range(m):
         bl[_u(j)] = b[_u(rows[lo + j])]
     for w in range(0, nb, GROUP):
         _margins_group(z0, L * w, masks, base + w, nb, d, x)
         if diff:
             _margins_group(z1, L * w, masks, base + w, nb, d, y)
-    cinv = (1.0 / m) * c if m > 0 else zero
-    if diff:
-        for j in range(m):
-            s = _dphi_points(code, c * z0[_u(j)], bl[_u(j)])
-            s -= _dphi_points(code, c * z1[_u(j)], bl[_u(j)])
-            z0[_u(j)] = s * cinv
-    else:
-        for j in range(m):
-            z0[_u(j)] = _dphi_points(code, c * z0[_u(j)], bl[_u(j)]) * cinv
+    _weights(code, c, (1.0 / m) * c if m > 0 else zero, z0, z1, bl, m, diff)
     for k0 in range(0, dp, GROUP):
         _sums_group(acc, masks, base + k0 * nb, nb, z0)
         for q in range(GROUP):
-            k = k0 + q
-            if k < d:
-                t = zero
-                for lane in range(L):
-                    t += acc[q * L + lane]
-                g[k] = r[k] + t
+            if k0 + q < d:
+                g[k0 + q] = r[k0 + q] + acc[q]
 
 
 @_pjit
@@ -244,7 +245,7 @@ def _grad(masks, base, blocks, dp, b, rows, ptr, X, x_shared, Y, y_shared, diff,
         z0 = np.empty(cap * L, dtype=out.dtype)
         z1 = np.empty(cap * L if diff else 0, dtype=out.dtype)
         bl = np.empty(cap * L, dtype=out.dtype)
-        acc = np.empty(GROUP * L, dtype=out.dtype)
+        acc = np.empty(GROUP, dtype=out.dtype)
         for i in range(k * m // runs, (k + 1) * m // runs):
             x = X[0] if x_shared else X[i]
             y = Y[0] if y_shared else Y[i]

@@ -618,7 +618,17 @@ def _cols_node(T, base, A, c, b, rows, lo, hi, x, y, diff, r, code, zero, z0, z1
             for j in range(m):
                 z1[_u(j)] += T[_u(p0 + j)] * yk
         k += 1
-    cinv = (1.0 / m) * c
+    _weights(code, c, (1.0 / m) * c, z0, z1, bl, m, diff)
+    for k in range(d):
+        g[k] = r[k]
+    _dense_sums(A, rows, lo, hi, z0, g)
+
+
+@_inline
+def _weights(code, c, cinv, z0, z1, bl, m, diff):
+    """A node's weights in place of its margins: ``z0[j] = (phi'(c z0[j], bl[j]) -
+    phi'(c z1[j], bl[j])) cinv`` for its ``m`` rows, without the second term unless ``diff``
+    (the margins at ``x`` in ``z0``, at ``y`` in ``z1``)."""
     if diff:
         for j in range(m):
             s = _dphi_points(code, c * z0[_u(j)], bl[_u(j)])
@@ -627,9 +637,6 @@ def _cols_node(T, base, A, c, b, rows, lo, hi, x, y, diff, r, code, zero, z0, z1
     else:
         for j in range(m):
             z0[_u(j)] = _dphi_points(code, c * z0[_u(j)], bl[_u(j)]) * cinv
-    for k in range(d):
-        g[k] = r[k]
-    _dense_sums(A, rows, lo, hi, z0, g)
 
 
 @_sjit

@@ -1,7 +1,7 @@
 """The kernels of :mod:`problems.glm_lanes`, one per width: written by
 :mod:`problems.glm_lanes_gen` (``python -m problems.glm_lanes_gen``); do not edit."""
 
-# built against problems/glm_kernels.py 0003e4c6c3316213
+# built against problems/glm_kernels.py e627c9253ad4909c
 # built against streams/compiled.py e68a8988580009b7
 
 # fmt: off

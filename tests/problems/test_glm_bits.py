@@ -124,3 +124,42 @@ def test_auto_offers_it_for_rows_of_one_value():
     assert "dense-bits" not in glm_engine.candidates("auto", False, True, True, bits_ok=True)
     assert "dense-bits" not in glm_engine.candidates("auto", True, False, True, bits_ok=True)
     assert glm_engine.candidates("dense-bits", False, True) == ["dense-bits"]
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_the_order_of_the_sums_is_the_documented_one(dtype):
+    """Least squares (``phi' = z - b``: no library call) on binary rows (``c = 1``: no product
+    the compiler might fuse), written out in NumPy in the order the module documents: a margin
+    adds the row's ``x_k`` in column order from 0; the weight ``(z - b) / m`` is taken in
+    float64 and stored in the dtype; a column's sum
+    keeps one running sum per lane (row ``w L + t`` in lane ``t``), blocks in order, then adds
+    the lanes in halves (lane ``t + L/2`` onto ``t``, then ``t + L/4``, ...), and the
+    regulariser's term last. Bit for bit: a reassociated sum, or
+    lanes added in another order, fails it."""
+    counts = np.array([150, 70])
+    A, b = _data(1.0, seed=9, counts=counts, d=13, density=0.4)
+    p = LeastSquares(A, b, counts, lam=0.1, dtype=dtype, storage="dense-bits", threads=1)
+    X = torch.randn(2, p.d, generator=torch.Generator().manual_seed(10), dtype=dtype).mul(0.3)
+    Xr = p._rows(X)
+    R = p._reg_grad_kernel(Xr, p._kernel_array(Xr))
+    npdt = np.float32 if dtype == torch.float32 else np.float64
+    B, c = (A.toarray() != 0), npdt(1.0)
+    L = glm_bits.lanes(npdt)
+    off = np.concatenate([[0], np.cumsum(counts)])
+    want = np.empty((2, p.d), npdt)
+    for i in range(2):  # two nodes, written out: the reference, not a hot path
+        rows, x, m = B[off[i] : off[i + 1]], X[i].numpy(), counts[i]
+        z = np.zeros(m, npdt)
+        for k in range(p.d):
+            z[rows[:, k]] += x[k]
+        w = (c * z - b[off[i] : off[i + 1]].astype(npdt)).astype(np.float64) * (1.0 / m)
+        w = np.concatenate([w.astype(npdt), np.zeros(-m % L, npdt)]).reshape(-1, L)
+        held = np.concatenate([rows, np.zeros((-m % L, p.d), bool)]).reshape(-1, L, p.d)
+        for k in range(p.d):
+            lanes = np.zeros(L, npdt)
+            for blk in range(w.shape[0]):
+                lanes += np.where(held[blk, :, k], w[blk], npdt(0))
+            while lanes.size > 1:  # lane t + h onto lane t, h = L/2, L/4, ...
+                lanes = lanes[: lanes.size // 2] + lanes[lanes.size // 2 :]
+            want[i, k] = npdt(R[i, k] + lanes[0])
+    assert np.array_equal(p.grad(X).numpy(), want)
