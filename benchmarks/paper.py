@@ -51,7 +51,7 @@ the measured memory bandwidth. The target (issue 16) is loop / compzoo >= 5x in 
 """
 
 # built against problems/glm_kernels.py e627c9253ad4909c
-# built against streams/compiled.py e68a8988580009b7
+# built against streams/compiled.py 9e35d4bc5d1bb3f3
 
 from __future__ import annotations
 

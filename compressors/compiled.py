@@ -24,7 +24,7 @@ kernel than a decode's separate torch calls (EF21 + Top-1 on 20 x 112 rows: its 
 gradient 89.7 -> 75.6 us; DIANA and DASHA + Rand-10 about 15 us less).
 """
 
-# built against streams/compiled.py e68a8988580009b7
+# built against streams/compiled.py 9e35d4bc5d1bb3f3
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ level) is joined afterwards from per-chunk summaries. Inner loops run over slice
 0, which the compiler vectorizes (an index that may be negative is wrapped, which it cannot)."""
 
 # built against compressors/compiled_fastsgd.py 08c265d29743cfc5
-# built against streams/compiled.py e68a8988580009b7
+# built against streams/compiled.py 9e35d4bc5d1bb3f3
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ integers, so the payload, its size and the output are the same bits.
 # built against compressors/compiled_fastsgd.py 08c265d29743cfc5
 # built against compressors/compiled_perm.py 98badd22cce111ea
 # built against compressors/compiled_quant.py 2b12a66ee81dbbf6
-# built against streams/compiled.py e68a8988580009b7
+# built against streams/compiled.py 9e35d4bc5d1bb3f3
 
 from __future__ import annotations
 

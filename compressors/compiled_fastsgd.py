@@ -26,7 +26,7 @@ the table :func:`powers` that the torch form reads too.
 """
 
 # built against compressors/compiled_dense.py 5061c88c099b56bc
-# built against streams/compiled.py e68a8988580009b7
+# built against streams/compiled.py 9e35d4bc5d1bb3f3
 
 from __future__ import annotations
 

@@ -26,7 +26,7 @@ stages on it at once; the quantization pass draws the dither the same way. Decod
 
 # built against compressors/compiled_dense.py 5061c88c099b56bc
 # built against compressors/compiled_fastsgd.py 08c265d29743cfc5
-# built against streams/compiled.py e68a8988580009b7
+# built against streams/compiled.py 9e35d4bc5d1bb3f3
 
 from __future__ import annotations
 

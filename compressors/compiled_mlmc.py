@@ -24,7 +24,7 @@ norm is added in torch's order), one for the payload and one to decode, each ove
 the row on every thread.
 """
 
-# built against streams/compiled.py e68a8988580009b7
+# built against streams/compiled.py 9e35d4bc5d1bb3f3
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ bucket. The result is the same permutation (the keys are distinct with probabili
 ``1 - d^2 / 2^64``; equal keys keep their index order).
 """
 
-# built against streams/compiled.py e68a8988580009b7
+# built against streams/compiled.py 9e35d4bc5d1bb3f3
 
 from __future__ import annotations
 

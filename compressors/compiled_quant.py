@@ -18,7 +18,7 @@ for float32, 53 for float64); the result keeps the exponent field ``E`` or takes
 # built against compressors/compiled_dense.py 5061c88c099b56bc
 # built against compressors/compiled_fastsgd.py 08c265d29743cfc5
 # built against compressors/compiled_perm.py 98badd22cce111ea
-# built against streams/compiled.py e68a8988580009b7
+# built against streams/compiled.py 9e35d4bc5d1bb3f3
 
 from __future__ import annotations
 

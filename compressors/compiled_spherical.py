@@ -24,7 +24,7 @@ rational function.
 """
 
 # built against compressors/compiled_mlmc.py 50b37795d01e10b3
-# built against streams/compiled.py e68a8988580009b7
+# built against streams/compiled.py 9e35d4bc5d1bb3f3
 
 from __future__ import annotations
 

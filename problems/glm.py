@@ -427,7 +427,8 @@ class GLM(Problem):
             self._kcsc = self._kcols = self._kbits = None
             if self._bits and self._kbin is not None:  # full gradients on bit masks
                 npdt = np.float32 if dt == torch.float32 else np.float64
-                self._kbits = glm_bits.pack(self._kbin[0], *self._kfull[1:3], npdt)
+                b, krows, kptr = self._kfull[:3]
+                self._kbits = glm_bits.pack(self._kbin[0], b, krows, kptr, npdt)
             elif self.dense:  # the full gradients' margins read the rows by columns as well:
                 # (the rows by columns, the rows, the value of every non-zero or 1)
                 A, c = (self._kdata[0], 1.0) if self._kbin is None else self._kbin
@@ -442,9 +443,7 @@ class GLM(Problem):
                 data, scale, cols = self._full_data()
                 npdt = np.float32 if dt == torch.float32 else np.float64
                 if self._kbits is not None:
-                    self._kplan = glm_bits.point_plan(
-                        self._kbits, b, krows, kptr, code, npdt, self._kbin[1]
-                    )  # fmt: skip
+                    self._kplan = glm_bits.point_plan(self._kbits, code, npdt, self._kbin[1])
                 else:
                     self._kplan = glm_kernels.point_grad_plan(
                         data, b, krows, kptr, code, npdt, scale, cols, self._kcsc
@@ -658,7 +657,7 @@ class GLM(Problem):
             G = glm_kernels.grad_csc_arrays(self._kcsc, X, R, code, Yn)
             return torch.from_numpy(G)
         if rows is None and self._kbits is not None:
-            G = glm_bits.grad_arrays(self._kbits, b, krows, kptr, X, R, code, Yn, self._kbin[1])
+            G = glm_bits.grad_arrays(self._kbits, X, R, code, Yn, self._kbin[1])
             return torch.from_numpy(G)
         if rows is not None:
             krows, kptr = rows.numpy(), ptr.numpy()

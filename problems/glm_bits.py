@@ -26,16 +26,16 @@ Minibatches and the many-point kernels use the dense engine's bytes.
 """
 
 # built against problems/glm_kernels.py e627c9253ad4909c
-# built against streams/compiled.py e68a8988580009b7
+# built against streams/compiled.py 9e35d4bc5d1bb3f3
 
 from __future__ import annotations
 
 import numpy as np
 
-from problems.glm_kernels import _u, _weights
+from problems.glm_kernels import _weights
 from streams.compiled import launch, numba
 
-__all__ = ["GROUP", "grad_arrays", "lanes", "pack", "point_plan"]
+__all__ = ["GROUP", "grad_arrays", "lanes", "pack", "point_plan", "work"]
 
 #: Blocks of ``L`` rows (in the margins) and columns (in the sums) summed together.
 GROUP = 4
@@ -46,10 +46,12 @@ def lanes(dtype) -> int:
     return 64 // np.dtype(dtype).itemsize
 
 
-def pack(B: np.ndarray, rows: np.ndarray, ptr: np.ndarray, dtype) -> tuple:
+def pack(B: np.ndarray, b: np.ndarray, rows: np.ndarray, ptr: np.ndarray, dtype) -> tuple:
     """Each node's rows of the 0/1 pattern ``B`` (``(N, d)`` bytes, from
-    :func:`problems.glm_kernels.pack_binary`) as masks by columns: ``(masks, base, blocks,
-    d_pad)``. Node ``i``'s rows ``rows[ptr[i]:ptr[i+1]]``, padded with empty rows to
+    :func:`problems.glm_kernels.pack_binary`) as masks by columns, with their labels (of
+    ``b``): ``(masks, base, blocks, d_pad, labels, ptr)``. ``labels``: the held rows' labels in
+    ``dtype``, in the order of ``rows`` (gathered here once, not at every gradient). Node ``i``'s
+    rows ``rows[ptr[i]:ptr[i+1]]``, padded with empty rows to
     ``blocks[i] L`` rows (a multiple of ``GROUP L``), are ``blocks[i]`` blocks of ``L``; bit
     ``t`` of ``masks[base[i] + k blocks[i] + w]`` says whether row ``w L + t`` of the node holds
     column ``k`` (columns padded with empty ones to ``d_pad``, a multiple of ``GROUP``).
@@ -75,40 +77,46 @@ def pack(B: np.ndarray, rows: np.ndarray, ptr: np.ndarray, dtype) -> tuple:
     at = (base[bnode] + w)[:, None] + np.arange(dp)[None, :] * blocks[bnode][:, None]
     masks = np.empty(nb * dp, dtype=word.dtype)
     masks[at.reshape(-1)] = word.reshape(-1)
-    return masks, base, blocks.astype(np.int64), dp
+    labels = np.ascontiguousarray(b[rows[: counts.sum()]], dtype=dtype)
+    return masks, base, blocks.astype(np.int64), dp, labels, np.asarray(ptr, dtype=np.int64)
+
+
+def work(bits: tuple) -> int:
+    """The entries a gradient goes through (:func:`streams.compiled.launch`'s ``work``): each
+    entry of the masks stands for ``L`` rows of a column."""
+    return bits[0].size * bits[0].itemsize * 8
 
 
 def grad_arrays(
-    bits: tuple, b: np.ndarray, rows: np.ndarray, ptr: np.ndarray, X: np.ndarray, R: np.ndarray,
-    code: int, Y: np.ndarray | None = None, scale: float = 1.0,
+    bits: tuple, X: np.ndarray, R: np.ndarray, code: int, Y: np.ndarray | None = None,
+    scale: float = 1.0,
 ) -> np.ndarray:  # fmt: skip
-    """:func:`problems.glm_kernels.grad_arrays` of every held row (``rows``, ``ptr``: those
-    :func:`pack` was given) on :func:`pack`'s masks ``bits``, every non-zero being ``scale``."""
-    masks, base, blocks, dp = bits
+    """:func:`problems.glm_kernels.grad_arrays` of every row :func:`pack` was given, on its
+    masks and labels ``bits``, every non-zero being ``scale``."""
+    masks, base, blocks, dp, labels, ptr = bits
     m, d = ptr.size - 1, X.shape[1]
     out = np.empty((m, d), dtype=X.dtype)
     kind = X.dtype.type
     Yp = X if Y is None else Y
-    launch(_grad, masks, base, blocks, dp, b, rows, ptr, X, X.shape[0] == 1, Yp,
+    launch(_grad, masks, base, blocks, dp, labels, ptr, X, X.shape[0] == 1, Yp,
            Yp.shape[0] == 1, Y is not None, R, R.shape[0] == 1, code, kind(0), kind(scale),
-           out)  # fmt: skip
+           out, work=work(bits))  # fmt: skip
     return out
 
 
-def point_plan(bits: tuple, b: np.ndarray, rows: np.ndarray, ptr: np.ndarray, code: int,
-               dtype, scale: float = 1.0):  # fmt: skip
+def point_plan(bits: tuple, code: int, dtype, scale: float = 1.0):
     """``f(X, R)``: :func:`grad_arrays` at one point ``X`` ``(1, d)`` shared by every node, with
     the arguments that do not change built once (as :func:`problems.glm_kernels.
     point_grad_plan`)."""
-    masks, base, blocks, dp = bits
-    m = ptr.size - 1
+    masks, base, blocks, dp, labels, ptr = bits
+    m, n = ptr.size - 1, work(bits)
     kind = np.dtype(dtype).type
     zero, c = kind(0), kind(scale)
 
     def call(X, R):
         out = np.empty((m, X.shape[1]), dtype=X.dtype)
-        launch(_grad, masks, base, blocks, dp, b, rows, ptr, X, True, X, True, False, R, True,
-               code, zero, c, out)  # fmt: skip
+        launch(_grad, masks, base, blocks, dp, labels, ptr, X, True, X, True, False, R, True,
+               code, zero, c, out, work=n)  # fmt: skip
         return out
 
     return call
@@ -213,13 +221,11 @@ else:  # pragma: no cover
 
 
 @_jit
-def _node(masks, base, nb, dp, b, rows, lo, hi, x, y, diff, r, code, zero, c, z0, z1, bl, acc,
-          g):  # fmt: skip
-    """One node's gradient: its margins by blocks, its weights, its sums by columns."""
-    d, m = g.size, hi - lo
+def _node(masks, base, nb, dp, bl, x, y, diff, r, code, zero, c, z0, z1, acc, g):
+    """One node's gradient: its margins by blocks, its weights, its sums by columns (``bl``: its
+    labels)."""
+    d, m = g.size, bl.size
     L = masks.itemsize * 8
-    for j in range(m):
-        bl[_u(j)] = b[_u(rows[lo + j])]
     for w in range(0, nb, GROUP):
         _margins_group(z0, L * w, masks, base + w, nb, d, x)
         if diff:
@@ -233,22 +239,21 @@ def _node(masks, base, nb, dp, b, rows, lo, hi, x, y, diff, r, code, zero, c, z0
 
 
 @_pjit
-def _grad(masks, base, blocks, dp, b, rows, ptr, X, x_shared, Y, y_shared, diff, R, r_shared,
+def _grad(masks, base, blocks, dp, labels, ptr, X, x_shared, Y, y_shared, diff, R, r_shared,
           code, zero, c, out):  # fmt: skip
     # the nodes in up to 64 runs of adjacent nodes, each with its buffers made once
     m, cap = ptr.size - 1, 0
-    L = 64 // out.itemsize
+    L = masks.itemsize * 8
     for i in range(m):
         cap = max(cap, blocks[i])
     runs = min(m, 64)
     for k in _prange(runs):
         z0 = np.empty(cap * L, dtype=out.dtype)
         z1 = np.empty(cap * L if diff else 0, dtype=out.dtype)
-        bl = np.empty(cap * L, dtype=out.dtype)
         acc = np.empty(GROUP, dtype=out.dtype)
         for i in range(k * m // runs, (k + 1) * m // runs):
             x = X[0] if x_shared else X[i]
             y = Y[0] if y_shared else Y[i]
             r = R[0] if r_shared else R[i]
-            _node(masks, base[i], blocks[i], dp, b, rows, ptr[i], ptr[i + 1], x, y, diff, r, code,
-                  zero, c, z0, z1, bl, acc, out[i])  # fmt: skip
+            _node(masks, base[i], blocks[i], dp, labels[ptr[i] : ptr[i + 1]], x, y, diff, r, code,
+                  zero, c, z0, z1, acc, out[i])  # fmt: skip

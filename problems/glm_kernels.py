@@ -21,7 +21,7 @@ Numba is optional at import: :func:`available` is False without it, and the GLM 
 torch path (also its path on CUDA and for other dtypes).
 """
 
-# built against streams/compiled.py e68a8988580009b7
+# built against streams/compiled.py 9e35d4bc5d1bb3f3
 
 from __future__ import annotations
 

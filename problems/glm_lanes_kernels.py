@@ -2,7 +2,7 @@
 :mod:`problems.glm_lanes_gen` (``python -m problems.glm_lanes_gen``); do not edit."""
 
 # built against problems/glm_kernels.py e627c9253ad4909c
-# built against streams/compiled.py e68a8988580009b7
+# built against streams/compiled.py 9e35d4bc5d1bb3f3
 
 # fmt: off
 from __future__ import annotations

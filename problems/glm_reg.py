@@ -13,7 +13,7 @@ A GLM names its regulariser in ``KERNEL_REG``; one that writes its own ``reg_gra
 naming one has none here, and keeps NumPy's or torch's form.
 """
 
-# built against streams/compiled.py e68a8988580009b7
+# built against streams/compiled.py 9e35d4bc5d1bb3f3
 
 from __future__ import annotations
 

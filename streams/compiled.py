@@ -63,7 +63,7 @@ _layer_set = False
 SERIAL_BELOW = 32768
 
 
-def launch(kernel, *args, serial=None) -> None:
+def launch(kernel, *args, serial=None, work: int | None = None) -> None:
     """Run a parallel kernel on as many threads as torch uses, so the two never oversubscribe
     the cores, or on one thread when its largest array argument holds fewer than
     ``SERIAL_BELOW`` entries. Numba's OpenMP layer comes first. Whether it shares torch's
@@ -77,11 +77,15 @@ def launch(kernel, *args, serial=None) -> None:
 
     ``serial``: the kernel's one-thread twin (the same rows, one after the other), called
     directly where the work would run on one thread: no lock, no thread set-up, and none of a
-    parallel kernel's fixed cost (Top-K of 20 x 112 entries: 4.0 -> 2.6 us)."""
-    work = 0
-    for a in args:  # a loop: a generator's set-up costs a microsecond a launch
-        if isinstance(a, np.ndarray) and a.size > work:
-            work = a.size
+    parallel kernel's fixed cost (Top-K of 20 x 112 entries: 4.0 -> 2.6 us).
+
+    ``work``: the entries the kernel goes through, where its largest array understates them
+    (:mod:`problems.glm_bits` reads 16 rows from each entry of its masks)."""
+    if work is None:
+        work = 0
+        for a in args:  # a loop: a generator's set-up costs a microsecond a launch
+            if isinstance(a, np.ndarray) and a.size > work:
+                work = a.size
     if serial is not None and work < SERIAL_BELOW:
         serial(*args)
         return

@@ -104,9 +104,12 @@ def test_the_masks_of_each_node(dtype):
     B = (rng.random((N, d)) < 0.5).astype(np.uint8)
     rows = rng.permutation(N)[: counts.sum()]
     ptr = np.concatenate([[0], np.cumsum(counts)])
-    masks, base, blocks, dp = glm_bits.pack(B, rows, ptr, dtype)
+    b = rng.standard_normal(N)
+    masks, base, blocks, dp, labels, held = glm_bits.pack(B, b, rows, ptr, dtype)
     L = glm_bits.lanes(dtype)
     assert masks.dtype == (np.uint16 if L == 16 else np.uint8) and dp == 8
+    assert labels.dtype == dtype and np.array_equal(labels, b[rows].astype(dtype))
+    assert np.array_equal(held, ptr)
     assert blocks.tolist() == [-(-c // (4 * L)) * 4 for c in counts]
     for i, c in enumerate(counts):  # the reference, written out: not a hot path
         for k in range(dp):
@@ -163,3 +166,23 @@ def test_the_order_of_the_sums_is_the_documented_one(dtype):
                 lanes = lanes[: lanes.size // 2] + lanes[lanes.size // 2 :]
             want[i, k] = npdt(R[i, k] + lanes[0])
     assert np.array_equal(p.grad(X).numpy(), want)
+
+
+def test_a_launch_counts_the_rows_behind_each_mask(monkeypatch):
+    """A gradient's work is its masks' entries times the rows each stands for: a problem of
+    360,000 entries held in 24,000 float32 masks goes through the parallel path of
+    :func:`streams.compiled.launch` (on one thread below ``SERIAL_BELOW`` entries of work), as
+    the dense kernel on the same entries does, though its masks hold fewer than that."""
+    from streams import compiled as sc
+
+    counts = np.full(20, 300)
+    _, bits = _pair(LogRegNonconvex, 1.0, torch.float32, threads=2, counts=counts, d=60)
+    masks = bits._kbits[0]
+    assert masks.size < sc.SERIAL_BELOW <= glm_bits.work(bits._kbits)
+    assert glm_bits.work(bits._kbits) == masks.size * 16
+    seen = []
+    real = sc.launch
+    monkeypatch.setattr(glm_bits, "launch", lambda *a, **k: (seen.append(k), real(*a, **k))[1])
+    bits.grad(torch.zeros(bits.d))
+    bits.grad(torch.zeros(bits.m, bits.d))
+    assert [k.get("work") for k in seen] == [glm_bits.work(bits._kbits)] * 2
