@@ -46,6 +46,7 @@ FAST_FROM = 1 << 15
 CHUNK = 1 << 15  # entries per task; a multiple of 5 times this is used for 3LC's bytes
 BYTES = 6554  # quartic bytes per 3LC task (5 * 6554 entries)
 SUB = 2048  # entries a task computes before it codes them (while they are in cache)
+_ZERO_WORD = int.from_bytes(bytes([121] * 8), "little")  # eight 3LC zero bytes (ZERO_BYTE)
 _SHIFT53 = np.uint64(11)
 
 
@@ -229,7 +230,7 @@ if numba is not None:
     from numba import types
     from numba.extending import overload
 
-    from compressors.compiled_fastsgd import _as_float, _unary
+    from compressors.compiled_fastsgd import _as_bits, _as_float, _unary
     from streams.compiled import _mix
 
     _pjit = numba.njit(cache=True, nogil=True, parallel=True)
@@ -260,12 +261,15 @@ if numba is not None:
         return 2 * e + 1
 
     @_inline
-    def _quartic(q, i, d):
+    def _quartic(q, i):
+        """The quartic byte of ``q[i : i + 5]``."""
+        return (81 * (q[i] + 1) + 27 * (q[i + 1] + 1) + 9 * (q[i + 2] + 1) + 3 * (q[i + 3] + 1)) + (
+            q[i + 4] + 1
+        )
+
+    @_inline
+    def _quartic_tail(q, i, d):
         """The quartic byte of ``q[i : i + 5]``, entries past ``d`` taken as 0 (digit 1)."""
-        if i + 5 <= d:
-            return (
-                81 * (q[i] + 1) + 27 * (q[i + 1] + 1) + 9 * (q[i + 2] + 1) + 3 * (q[i + 3] + 1)
-            ) + (q[i + 4] + 1)
         byte = 0
         for j in range(i, i + 5):
             byte = 3 * byte + (q[j] + 1 if j < d else 1)
@@ -378,17 +382,16 @@ if numba is not None:
         """Per task: escaped count, first and last column with a non-zero code, and the Elias
         bits of its codes, the first one's gap counted from column -1 (``_join_gaps`` puts the
         true gap in). ``2 floor(log2 v) + 1`` of a code is read off the exponent of
-        ``float64(v)``. Every gap is 1 but the block's first and those after zero codes, which
-        are found 8 zero flags at a time: walking the block entry by entry, a serial chain,
-        took 7 of 21 ms at ``d = 2.5e7`` (h = 1e-3, normal entries), the flags 3 to 4."""
+        ``float64(v)``, in the loop that makes the levels. Every gap is 1 but the block's
+        first and those after zero codes, which are found 8 zero flags at a time: walking the
+        block entry by entry, a serial chain, took 7 of 21 ms at ``d = 2.5e7`` (h = 1e-3,
+        normal entries), the flags 3 to 4."""
         m, d = x.shape
         tasks = summary.shape[1]
         lim = np.float64(escape - 1)
         fesc = np.float64(escape)
         for t in numba.prange(m * tasks):
             r, c0 = t // tasks, (t % tasks) * CHUNK
-            code = np.empty(SUB, np.float64)
-            code_e = code.view(np.int64)
             flag = np.empty(SUB, np.uint8)  # SUB is a multiple of 8
             flag_w = flag.view(np.uint64)
             n_esc, first, last, bits = 0, -1, -1, 0
@@ -396,6 +399,8 @@ if numba is not None:
                 b = min(d, c0 + CHUNK, a + SUB)
                 xr, lr, er = x[r, a:b], levels[r, a:b], esc[r, a:b]
                 nonzero = 0
+                # each non-zero code: gamma(code) + 1 (its sign) + gamma(1), as if its gap were
+                # 1; a gap g > 1 (after zero codes, or the block's first) adds gamma(g) - 1
                 if random:
                     z = keys[r] + np.uint64(a) * _GOLDEN
                     for i in range(xr.size):
@@ -407,10 +412,11 @@ if numba is not None:
                         lev = low + (1.0 if u * 2.0**-53 < q - low else 0.0)
                         lr[i] = np.int32(lev)
                         er[i] = e
-                        c = fesc if e else abs(lev)
-                        code[i] = c
+                        code = np.int64(_as_bits(fesc if e else abs(lev)))
+                        flag[i] = code == 0
                         n_esc += e
-                        nonzero += c > 0.0
+                        nonzero += code != 0
+                        bits += 2 * (code >> 52) - 2043 if code != 0 else 0
                 else:
                     for i in range(xr.size):
                         q = np.float64(xr[i]) / h
@@ -418,40 +424,34 @@ if numba is not None:
                         lev = np.rint(0.0 if e else q)
                         lr[i] = np.int32(lev)
                         er[i] = e
-                        c = fesc if e else abs(lev)
-                        code[i] = c
+                        code = np.int64(_as_bits(fesc if e else abs(lev)))
+                        flag[i] = code == 0
                         n_esc += e
-                        nonzero += c > 0.0
-                # each non-zero code: gamma(code) + 1 (its sign) + gamma(1), as if its gap were
-                # 1; a gap g > 1 (after zero codes, or the block's first) adds gamma(g) - 1
-                for k in range(xr.size):
-                    bits += 2 * (code_e[k] >> 52) - 2043 if code_e[k] != 0 else 0
+                        nonzero += code != 0
+                        bits += 2 * (code >> 52) - 2043 if code != 0 else 0
                 if nonzero == xr.size:  # no zero code (a fine grid): only the first gap
                     g = a - last
                     bits += _gamma(g) - 1 if g > 1 else 0
+                    first = a if first < 0 else first
                     last = b - 1
-                else:  # zero flags, read 8 at a time: only words with a zero are walked
-                    for k in range(xr.size):
-                        flag[k] = code_e[k] == 0
-                    words = (xr.size + 7) // 8
-                    flag[xr.size : 8 * words] = 1  # a partial word is walked
-                    for w in range(words):
-                        k0 = 8 * w
-                        if flag_w[w] == 0:
-                            g = a + k0 - last
+                    continue
+                # the zero codes' flags, read 8 at a time: only words with a zero are walked
+                words = (xr.size + 7) // 8
+                flag[xr.size : 8 * words] = 1  # a partial word is walked
+                for w in range(words):
+                    k0 = 8 * w
+                    if flag_w[w] == 0:
+                        g = a + k0 - last
+                        bits += _gamma(g) - 1 if g > 1 else 0
+                        first = a + k0 if first < 0 else first
+                        last = a + k0 + 7
+                        continue
+                    for k in range(k0, min(k0 + 8, xr.size)):
+                        if flag[k] == 0:
+                            g = a + k - last
                             bits += _gamma(g) - 1 if g > 1 else 0
-                            last = a + k0 + 7
-                            continue
-                        for k in range(k0, min(k0 + 8, xr.size)):
-                            if code_e[k] != 0:
-                                g = a + k - last
-                                bits += _gamma(g) - 1 if g > 1 else 0
-                                last = a + k
-                if first < 0 and last >= 0:
-                    for k in range(xr.size):
-                        if code[k] > 0.0:
-                            first = a + k
-                            break
+                            first = a + k if first < 0 else first
+                            last = a + k
             s = summary[r, t % tasks]
             s[0], s[1], s[2], s[3] = n_esc, first, last, bits
 
@@ -534,28 +534,41 @@ if numba is not None:
                 v = xr[i]
                 qr[i] = np.int8(v > hi) - np.int8(v < lo)
             br = quart[r, b0:b1]
-            for b in range(br.size):
-                br[b] = _quartic(qr, 5 * b, xr.size)
+            full = xr.size // 5  # bytes of five entries (a branch per byte kept the loop scalar)
+            for b in range(full):
+                br[b] = _quartic(qr, 5 * b)
+            for b in range(full, br.size):
+                br[b] = _quartic_tail(qr, 5 * b, xr.size)
             _zre_summary(br, runs[r, t % tasks])
 
-    @_jit
+    @_inline
     def _zre_summary(br, out):
         """The zero runs of the quartic bytes ``br`` (``ZERO_BYTE`` = 121: five zeros), as
-        :func:`_ternary` records them; a run costs one byte per piece of at most 14."""
-        lead = 0
-        while lead < br.size and br[lead] == 121:
-            lead += 1
-        if lead == br.size:
-            out[0], out[1], out[2] = 1, lead, lead
-            return
-        inner, run, nz = 0, 0, 0
-        for b in range(lead, br.size):
-            if br[b] == 121:
-                run += 1
-            else:
-                inner += (run + 13) // 14
+        :func:`_ternary` records them; a run costs one byte per piece of at most 14. Eight
+        bytes are tested at once (most bytes are zero bytes): byte by byte the scan took as
+        long as the ternary levels themselves."""
+        n = br.size
+        nw = n // 8
+        words = br[: 8 * nw].view(np.uint64)
+        zeros = np.uint64(_ZERO_WORD)
+        lead, inner, run, nz = -1, 0, 0, 0  # lead: the leading zero bytes, once a byte is not
+        for w in range(nw + 1):
+            if w < nw and words[w] == zeros:
+                run += 8
+                continue
+            for b in range(8 * w, min(n, 8 * w + 8)):
+                if br[b] == 121:
+                    run += 1
+                    continue
+                if lead < 0:
+                    lead = run
+                else:
+                    inner += (run + 13) // 14
                 run = 0
                 nz += 1
+        if lead < 0:
+            out[0], out[1], out[2] = 1, n, n
+            return
         out[1], out[2], out[3], out[4] = lead, run, inner, nz
 
     @_jit

@@ -13,7 +13,7 @@ arithmetic is the torch form's, operation for operation in the work dtype, and t
 integers, so the payload, its size and the output are the same bits.
 """
 
-# built against compressors/compiled_dense.py 5061c88c099b56bc
+# built against compressors/compiled_dense.py a47a7160c7f7ad7e
 # built against compressors/compiled_fastsgd.py 08c265d29743cfc5
 # built against compressors/compiled_perm.py 98badd22cce111ea
 # built against compressors/compiled_quant.py 2b12a66ee81dbbf6

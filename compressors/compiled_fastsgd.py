@@ -25,7 +25,7 @@ in a row). ``M b^-q`` in decode takes ``b^-q`` from its exponent for ``b = 2^s``
 the table :func:`powers` that the torch form reads too.
 """
 
-# built against compressors/compiled_dense.py 5061c88c099b56bc
+# built against compressors/compiled_dense.py a47a7160c7f7ad7e
 # built against streams/compiled.py 9e35d4bc5d1bb3f3
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ stages on it at once; the quantization pass draws the dither the same way. Decod
 ``+-1`` from the bits, transforms, and writes ``D H q / sqrt(n)``, scaled and clamped.
 """
 
-# built against compressors/compiled_dense.py 5061c88c099b56bc
+# built against compressors/compiled_dense.py a47a7160c7f7ad7e
 # built against compressors/compiled_fastsgd.py 08c265d29743cfc5
 # built against streams/compiled.py 9e35d4bc5d1bb3f3
 

@@ -22,7 +22,7 @@ the AVX2 kernel on AVX-512 machines too); it is found once per thread count by c
 ``torch.mean`` on a few rows (:func:`lanes`), and where no width matches, the torch form is used.
 """
 
-# built against compressors/compiled_dense.py 5061c88c099b56bc
+# built against compressors/compiled_dense.py a47a7160c7f7ad7e
 # built against compressors/compiled_fastsgd.py 08c265d29743cfc5
 # built against compressors/compiled_perm.py 98badd22cce111ea
 # built against compressors/compiled_quant.py 2b12a66ee81dbbf6

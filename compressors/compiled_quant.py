@@ -15,7 +15,7 @@ mantissa bits), ``frexp`` gives ``mant = (1 + M 2^-p) / 2``, so the rule "round 
 for float32, 53 for float64); the result keeps the exponent field ``E`` or takes ``E + 1``.
 """
 
-# built against compressors/compiled_dense.py 5061c88c099b56bc
+# built against compressors/compiled_dense.py a47a7160c7f7ad7e
 # built against compressors/compiled_fastsgd.py 08c265d29743cfc5
 # built against compressors/compiled_perm.py 98badd22cce111ea
 # built against streams/compiled.py 9e35d4bc5d1bb3f3

@@ -16,7 +16,7 @@ leaves the sum to torch. The bucket tables are read and written at random: the k
 about what a scatter-add and a gather of ``rows d`` entries into them cost.
 """
 
-# built against compressors/compiled_dense.py 5061c88c099b56bc
+# built against compressors/compiled_dense.py a47a7160c7f7ad7e
 # built against compressors/compiled_fastsgd.py 08c265d29743cfc5
 # built against streams/compiled.py 9e35d4bc5d1bb3f3
 

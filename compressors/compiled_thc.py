@@ -10,7 +10,7 @@ and writes the index; decode writes the table values of the indices straight int
 buffer. Every entry goes through the same operations in the same precision: the same bits.
 """
 
-# built against compressors/compiled_dense.py 5061c88c099b56bc
+# built against compressors/compiled_dense.py a47a7160c7f7ad7e
 # built against compressors/compiled_fastsgd.py 08c265d29743cfc5
 # built against compressors/compiled_fwht.py ad9e8438d1623c0a
 # built against streams/compiled.py 9e35d4bc5d1bb3f3

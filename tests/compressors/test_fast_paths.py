@@ -313,6 +313,14 @@ def _threelc_inputs(dtype):
     x[0, [3, 32771, 65542]] = torch.tensor([1.0, -1.0, 0.9], dtype=dtype)
     x[1] = 0.0
     yield x
+    # zero bytes in runs of every length, across the 8-byte words the kernel tests at once
+    gen = torch.Generator().manual_seed(2)
+    x = torch.zeros(4, 5 * 9000 + 2, dtype=dtype)
+    for r, p in enumerate((0.002, 0.02, 0.1, 0.5)):
+        hit = torch.rand(x.shape[1], generator=gen) < p
+        sign = torch.randint(0, 2, (int(hit.sum()),), generator=gen) * 2 - 1
+        x[r, hit] = sign.to(dtype)
+    yield x
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16])
