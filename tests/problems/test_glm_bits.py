@@ -134,11 +134,10 @@ def test_the_order_of_the_sums_is_the_documented_one(dtype):
     """Least squares (``phi' = z - b``: no library call) on binary rows (``c = 1``: no product
     the compiler might fuse), written out in NumPy in the order the module documents: a margin
     adds the row's ``x_k`` in column order from 0; the weight ``(z - b) / m`` is taken in
-    float64 and stored in the dtype; a column's sum
-    keeps one running sum per lane (row ``w L + t`` in lane ``t``), blocks in order, then adds
-    the lanes in halves (lane ``t + L/2`` onto ``t``, then ``t + L/4``, ...), and the
-    regulariser's term last. Bit for bit: a reassociated sum, or
-    lanes added in another order, fails it."""
+    float64 and stored in the dtype; a column's sum keeps one running sum per lane (row ``w L +
+    t`` in lane ``t``), blocks in order, then adds the lanes in halves (lane ``t + L/2`` onto
+    ``t``, then ``t + L/4``, ...), and the regulariser's term last. Bit for bit: a reassociated
+    sum, or lanes added in another order, fails it."""
     counts = np.array([150, 70])
     A, b = _data(1.0, seed=9, counts=counts, d=13, density=0.4)
     p = LeastSquares(A, b, counts, lam=0.1, dtype=dtype, storage="dense-bits", threads=1)
