@@ -39,6 +39,23 @@ def test_ratios_and_targets_on_injected_numbers():
     )
 
 
+def test_the_split_of_the_steps_on_injected_numbers():
+    """Each step's floor (a free gradient) and its gradient alone, the batch's per run against
+    one run's, in a table of their own; rows without the split (measured before it) print
+    none."""
+    row = {"kind": "step", "set": "mushrooms", "single_s": 2e-4, "batch_s": 6e-4,
+           "points_engine": "lanes", "engine": "dense-bits/2", "single_floor_s": 1e-4,
+           "batch_floor_s": 2.4e-4, "single_grad_s": 1.25e-4, "batch_grad_s": 4.5e-4}  # fmt: skip
+    (r,) = grid.derive([row])
+    assert r["floor_share"] == pytest.approx(0.2) and r["grad_share"] == pytest.approx(0.3)
+    assert r["share"] == pytest.approx(0.25) and r["target"] == "met"
+    text = grid.markdown([r])
+    assert "| mushrooms | 0.100 | 0.125 | 0.240 | 0.450 | 0.20 | 0.30 |" in text
+    old = {k: v for k, v in row.items() if "floor" not in k and "grad" not in k}
+    (o,) = grid.derive([old])
+    assert "floor_share" not in o and "Where the steps go" not in grid.markdown([o])
+
+
 def test_a_grid_whose_unbatched_sweep_did_not_finish_is_reported_as_not_measured():
     """The batched sweep runs first and is saved; a benchmark stopped during the one-run-per-
     process sweep (hours on a GPU: one CUDA context per run) reports no ratio, not a wrong one."""
@@ -79,6 +96,8 @@ def test_grid_quick_on_one_set(monkeypatch):
     assert g["off_s"] > 0 and g["auto_s"] > 0
     (s,) = [r for r in rows if r["kind"] == "step"]
     assert s["set"] == "mushrooms" and s["single_s"] > 0 and s["batch_s"] > 0
+    split = [f"{who}_{part}_s" for who in ("single", "batch") for part in ("floor", "grad")]
+    assert all(s[key] > 0 for key in split), s
 
 
 @pytest.mark.heavy
