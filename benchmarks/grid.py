@@ -16,16 +16,16 @@ A second table, measured first, times the step itself on each set: one run's ste
 the interleaved repeats) against a 12-run batch's step divided by 12 (EF21 + Top-1, float64,
 n = 20, on this process's threads, or on the GPU with ``--device cuda``). A third splits both,
 in the same rounds, into the step with a free gradient (its floor, as in the paper table) and
-the gradient alone at the step's point: what batching saves per run on each. Each repeat of either
-starts once the threads of the one before have gone quiet (:func:`problems.glm_engine.settle`,
-as in the paper table) and after 0.1 s of untimed steps (:data:`WARM_S`). Without them the
-first 100 ms of each window ran slow: NumPy's BLAS threads, which the single run's gradient may
-use, spin for about 0.1 s after it and shared the cores with the batch's kernel (phishing,
-single run on dense-numpy/2: the batch's first 60 steps 1.7-1.9 ms each, then 0.78-0.8 ms), and
-after a pause even alone the first 100 steps averaged 0.9-1.1 ms against 0.75 ms (measured while
-settle's wait could still end early, before its windows spanned the clock's ticks; after a full
-wait the first 10-20 ms can still run slow). A sweep runs thousands of steps without such
-pauses. Each part's rows are saved as it ends.
+the gradient alone at the step's point: what batching saves per run on each. Each timed
+window (a round times the six, in turn) starts once the threads of the one before have gone
+quiet (:func:`problems.glm_engine.settle`, as in the paper table) and after 0.1 s of untimed
+calls (:data:`WARM_S`). Without them the first 100 ms of each window ran slow: NumPy's BLAS
+threads, which the single run's gradient may use, spin for about 0.1 s after it and shared the
+cores with the batch's kernel (phishing, single run on dense-numpy/2: the batch's first 60 steps
+1.7-1.9 ms each, then 0.78-0.8 ms), and after a pause even alone the first 100 steps averaged
+0.9-1.1 ms against 0.75 ms (measured while settle's wait could still end early, before its
+windows spanned the clock's ticks; after a full wait the first 10-20 ms can still run slow). A
+sweep runs thousands of steps without such pauses. Each part's rows are saved as it ends.
 
 Targets (issue 35): the grid at least 5x faster batched, and the per-run step of a 12-run batch
 at most 1/4 of a single run's.
