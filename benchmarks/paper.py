@@ -14,7 +14,10 @@ Per (set, dtype, method), in one process, interleaved and repeated (``REPEATS`` 
 compzoo and the vectorized script, the two the target compares, are timed back to back in both
 orders in each round (compzoo, script, script, compzoo; the next round the other way round),
 so that a slow phase of the machine lasting a second or more falls on both rather than on one:
-their medians are of ``2 REPEATS`` timings, the loop's and the floor's of ``REPEATS``.
+their medians are of ``2 REPEATS`` timings, the loop's and the floor's of ``REPEATS``. The
+report also gives the range of the script / compzoo ratio over the rounds (each round's two
+script timings over its two compzoo ones): where it straddles 1, the machine's phases decide
+the verdict (on the medians) as much as the code does.
 (Timed as compzoo, the loop, the script and the floor in turn, with the slow loop between the
 two compared, a round could put one of this shared machine's phases 1.5-2x slower than the rest
 on one side only.)
@@ -372,6 +375,11 @@ def bench_set(path: Path, name: str, dtype: str, steps: int, repeats: int) -> li
                 "loop_s": loop,
                 "floor_s": floor,
                 "vectorized_s": vec,
+                # each round's two script timings over its two compzoo ones (ABBA)
+                "vectorized_ratio_rounds": [
+                    (job["vec"][i] + job["vec"][i + 1]) / (job["ours"][i] + job["ours"][i + 1])
+                    for i in range(0, len(job["ours"]), 2)
+                ],
                 "vectorized_variant": data.variant,
                 **{f"vectorized_{v}_grad_s": t for v, t in data.timings.items()},
                 "grad_s": statistics.median(grads),

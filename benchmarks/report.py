@@ -22,6 +22,7 @@ __all__ = [
     "derive_deep",
     "derive_paper",
     "markdown",
+    "spread",
 ]
 
 SPEEDUP_DENSE = 1.5
@@ -186,7 +187,7 @@ def paper_markdown(rows: list[dict]) -> str:
     head += ["floor share", "grad ms", "two-touch ms", "ceiling loop/(floor+two-touch)"]
     head += ["sparse bound ms", "dense bound ms", "compzoo/(bound+floor) (<= 3x)"]
     head += ["target (>= 5x, float64)"]
-    head += ["vectorized ms", "vectorized/compzoo", "vectorized storage"]
+    head += ["vectorized ms", "vectorized/compzoo", "by round", "vectorized storage"]
     head += ["target (compzoo <= vectorized)"]
     body, missed, versus = [], [], {}
     for r in rows:
@@ -214,6 +215,7 @@ def paper_markdown(rows: list[dict]) -> str:
                 r["target"],
                 _ms(r.get("vectorized_s", float("nan"))),
                 f"{r.get('vectorized_ratio', float('nan')):.2f}x",
+                spread(r.get("vectorized_ratio_rounds")),
                 r.get("vectorized_variant", "-"),
                 r.get("vectorized_target", "-"),
             ]
@@ -223,6 +225,8 @@ def paper_markdown(rows: list[dict]) -> str:
             versus.setdefault(r["dtype"], []).append(met)
             if not met:
                 what = f"{r['vectorized_target']} (issue 35)"
+                if r.get("vectorized_ratio_rounds"):
+                    what += f"; vectorized/compzoo by round {spread(r['vectorized_ratio_rounds'])}"
                 missed.append(f"- {r['dataset']} {r['dtype']} {r['method']}: {what}")
         if r["target"].startswith("MISSED"):
             missed.append(f"- {r['dataset']} {r['dtype']} {r['method']}: {r['target']}")
@@ -289,6 +293,13 @@ def _paper_split(rows: list[dict]) -> str:
     text = "\nWhere compzoo's step is slower than the script's (each side's gradient, then the "
     text += "rest of its step):\n\n"
     return text + _table(head, lines) + "\n"
+
+
+def spread(values) -> str:
+    """``"lo-hi"`` of per-round ratios (two decimals), or ``-`` where there are none."""
+    if not values:
+        return "-"
+    return f"{min(values):.2f}-{max(values):.2f}"
 
 
 def _ms(s: float) -> str:

@@ -31,7 +31,7 @@ def test_ratios_and_targets_on_injected_numbers():
     text = grid.markdown(out)
     assert "| 150.0 | 25.0 | 6.00x | yes | met |" in text
     assert "| 150.0 | 60.0 | 2.50x | NO |" in text
-    assert "| w8a | csr/2 | compiled | 1.000 | 2.400 | 0.200 | 0.20 | met |" in text
+    assert "| w8a | csr/2 | compiled | 1.000 | 2.400 | 0.200 | 0.20 | - | met |" in text
     assert "engines" not in text  # no time given: no sentence
     rows[0]["engines_s"] = 11.04
     assert "were chosen (or looked up) as a sweep does up front, in 11.0 s" in grid.markdown(
@@ -51,6 +51,9 @@ def test_the_split_of_the_steps_on_injected_numbers():
     assert r["share"] == pytest.approx(0.25) and r["target"] == "met"
     text = grid.markdown([r])
     assert "| mushrooms | 0.100 | 0.125 | 0.240 | 0.450 | 0.20 | 0.30 |" in text
+    # the share round by round (each from its two adjacent windows): its range
+    spread = grid.markdown(grid.derive([{**row, "share_rounds": [0.31, 0.22, 0.25]}]))
+    assert "| 0.600 | 0.050 | 0.25 | 0.22-0.31 | met |" in spread
     old = {k: v for k, v in row.items() if "floor" not in k and "grad" not in k}
     (o,) = grid.derive([old])
     assert "floor_share" not in o and "Where the steps go" not in grid.markdown([o])
@@ -98,6 +101,7 @@ def test_grid_quick_on_one_set(monkeypatch):
     assert s["set"] == "mushrooms" and s["single_s"] > 0 and s["batch_s"] > 0
     split = [f"{who}_{part}_s" for who in ("single", "batch") for part in ("floor", "grad")]
     assert all(s[key] > 0 for key in split), s
+    assert len(s["share_rounds"]) == 3 and all(q > 0 for q in s["share_rounds"]), s
 
 
 @pytest.mark.heavy

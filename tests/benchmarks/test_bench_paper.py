@@ -184,3 +184,13 @@ def test_cli_knows_the_part():
     with pytest.raises(SystemExit) as e:
         bench_main.main(["--only", "papers"])
     assert e.value.code == 2
+
+
+def test_each_round_gives_its_own_script_to_compzoo_ratio(tiny_file):
+    """Every row carries the script / compzoo ratio of each round (its two script timings over
+    its two compzoo ones, taken back to back), whose range the report prints."""
+    rows = paper.bench_set(tiny_file, "tiny", "float32", steps=2, repeats=2)
+    assert [r["method"] for r in rows] == [m for m, _ in paper.METHODS]
+    for r in rows:
+        rounds = r["vectorized_ratio_rounds"]
+        assert len(rounds) == 2 and all(q > 0 for q in rounds), r
