@@ -29,6 +29,12 @@ from streams.tags import SHARED as TAG_SHARED
 CHOICE_FLAG_BITS = 1
 
 
+def packet_bits(packet: Packet) -> torch.Tensor | int:
+    """What a payload charges: its rows' common size where every row has the same
+    (:attr:`compressors.base.Packet.row_bits`), else its ``nbits``."""
+    return packet.nbits if packet.row_bits is None else packet.row_bits
+
+
 @dataclass
 class Ledger:
     """Cumulative bits per held node, uplink (node to server) and downlink (server to node).
@@ -49,7 +55,14 @@ class Ledger:
     def zeros(cls, m: int) -> Ledger:
         return cls(torch.zeros(m, dtype=torch.int64), torch.zeros(m, dtype=torch.int64))
 
-    def charge_up(self, nbits: torch.Tensor) -> None:
+    def charge_up(self, nbits: torch.Tensor | int) -> None:
+        """Add ``nbits`` (per held node, or an int: the same for every node) to the uplink
+        totals."""
+        if isinstance(nbits, int) and not isinstance(nbits, bool):  # as charge_down takes it
+            self.up += nbits
+            if self._open:
+                self._record(0, nbits * self.up.numel())
+            return
         nb = nbits.to(self.up.device, torch.int64)
         self.up += nb
         if self._open:
@@ -175,19 +188,19 @@ class Comm:
         (torch.distributed) ignores it. Without ``decoded`` the payload is reduced by
         ``compressor.decode_sum``, which for sparse payloads makes no dense rows."""
         if decoded is not None:
-            return self.reduce_rows(decoded, packet.nbits, weight)
-        self._charge_up(packet.nbits, weight)
+            return self.reduce_rows(decoded, packet_bits(packet), weight)
+        self._charge_up(packet_bits(packet), weight)
         return compressor.decode_sum(packet, weight)
 
     def reduce_full(self, x_i: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
         """The same for uncompressed rows, charged ``float_bits * d`` each."""
-        nbits = torch.full((self.m,), self.float_bits * x_i.shape[1], dtype=torch.int64)
-        return self.reduce_rows(x_i, nbits, weight)
+        return self.reduce_rows(x_i, self.float_bits * x_i.shape[1], weight)
 
     def reduce_rows(
-        self, rows: torch.Tensor, nbits: torch.Tensor, weight: torch.Tensor | None = None
+        self, rows: torch.Tensor, nbits: torch.Tensor | int, weight: torch.Tensor | None = None
     ) -> torch.Tensor:
-        """``sum_i w_i rows_i`` over all nodes, charging ``nbits_i`` to the rows that send."""
+        """``sum_i w_i rows_i`` over all nodes, charging ``nbits_i`` to the rows that send
+        (an int: the same for every row)."""
         raise NotImplementedError
 
     def reduce_choice(
@@ -208,12 +221,15 @@ class Comm:
         message's bits, charged uplink as :meth:`reduce_rows` does."""
         raise NotImplementedError
 
-    def _charge_up(self, nbits: torch.Tensor, weight: torch.Tensor | None) -> None:
-        """Charge ``nbits_i`` uplink to each held row that sends (``w_i != 0``)."""
+    def _charge_up(self, nbits: torch.Tensor | int, weight: torch.Tensor | None) -> None:
+        """Charge ``nbits_i`` (an int: the same for every row) uplink to each held row that
+        sends (``w_i != 0``)."""
         if weight is None:
             self.ledger.charge_up(nbits)
         else:
-            self.ledger.charge_up(torch.where(weight.cpu() != 0, nbits.cpu(), 0))
+            if isinstance(nbits, torch.Tensor):
+                nbits = nbits.cpu()
+            self.ledger.charge_up(torch.where(weight.cpu() != 0, nbits, 0))
 
     def monitor_mean(self, v_i: torch.Tensor) -> float:
         """The mean over all nodes of a per-node statistic ``(m,)``, for logging only: not a

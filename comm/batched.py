@@ -15,7 +15,7 @@ import dataclasses
 
 import torch
 
-from comm.base import Comm, Ledger
+from comm.base import Comm, Ledger, packet_bits
 from comm.simulated import SimulatedComm
 from compressors import Compressor, Packet
 from compressors.timing import section
@@ -43,7 +43,7 @@ class BatchedSimulatedComm(SimulatedComm):
     ) -> torch.Tensor:
         if decoded is None and self.exact:
             # each run's payload reduced as a single run reduces it (the same sums)
-            self._charge_up(packet.nbits, weight)
+            self._charge_up(packet_bits(packet), weight)
             return torch.stack([
                 compressor.decode_sum(self._packet_of(packet, r), None if weight is None
                                       else weight[self.rows_of(r)])
@@ -51,7 +51,7 @@ class BatchedSimulatedComm(SimulatedComm):
             ])  # fmt: skip
         if decoded is None:
             decoded = compressor.decode(packet)
-        return self.reduce_rows(decoded, packet.nbits, weight)
+        return self.reduce_rows(decoded, packet_bits(packet), weight)
 
     def _packet_of(self, packet: Packet, r: int) -> Packet:
         """Run ``r``'s rows of a payload (every field has the rows as its leading axis)."""
@@ -61,7 +61,7 @@ class BatchedSimulatedComm(SimulatedComm):
         return dataclasses.replace(packet, fields=fields, nbits=packet.nbits[rows])
 
     def reduce_rows(
-        self, rows: torch.Tensor, nbits: torch.Tensor, weight: torch.Tensor | None = None
+        self, rows: torch.Tensor, nbits: torch.Tensor | int, weight: torch.Tensor | None = None
     ) -> torch.Tensor:
         if rows.shape[0] != self.m:
             raise ValueError(f"expected {self.m} rows ({self.runs} runs of {self.n}), got "

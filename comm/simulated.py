@@ -20,7 +20,7 @@ class SimulatedComm(Comm):
         super().__init__(n, torch.arange(n), seed, float_bits)
 
     def reduce_rows(
-        self, rows: torch.Tensor, nbits: torch.Tensor, weight: torch.Tensor | None = None
+        self, rows: torch.Tensor, nbits: torch.Tensor | int, weight: torch.Tensor | None = None
     ) -> torch.Tensor:
         if rows.shape[0] != self.m:
             raise ValueError(f"expected {self.m} rows (one per node), got {rows.shape[0]}")

@@ -186,7 +186,7 @@ class TorchDistComm(Comm):
         return torch.stack(parts)
 
     def reduce_rows(
-        self, rows: torch.Tensor, nbits: torch.Tensor, weight: torch.Tensor | None = None
+        self, rows: torch.Tensor, nbits: torch.Tensor | int, weight: torch.Tensor | None = None
     ) -> torch.Tensor:
         if rows.shape[0] != self.m:
             raise ValueError(f"rank {self.rank} holds {self.m} nodes, got {rows.shape[0]} rows")

@@ -96,6 +96,10 @@ class Packet:
         wire: names of the fields that travel; the others the receiver regenerates from shared
             randomness or the format (e.g. RandK's indices under a shared seed) and cost no bits.
         meta: small non-tensor facts decode needs (a matrix shape, a scale).
+        row_bits: every row's bits where all rows have the same (a fixed-size payload, as
+            :meth:`Compressor._packet` makes it from an int), else None: the comm layer then
+            charges the int, without summing ``nbits`` (EF21 + Top-1 on phishing's 20 x 68
+            float32 rows, on a 2-core AMD EPYC: the step besides the gradient 53 -> 46 us).
     """
 
     fields: Mapping[str, torch.Tensor]
@@ -104,6 +108,7 @@ class Packet:
     dtype: torch.dtype
     wire: frozenset[str]
     meta: Mapping[str, Any] = field(default_factory=dict)
+    row_bits: int | None = None
     # ``(compressor, rows)``: the decoded rows, where the encoder made them on its way
     # (:meth:`Compressor._keep_rows`), handed to that compressor's first decode; not a payload
     # field, never copied into another packet.
@@ -390,12 +395,14 @@ class Compressor:
 
     def _packet(self, x_i: torch.Tensor, nbits, wire, meta=None, **fields: torch.Tensor) -> Packet:
         m = x_i.shape[0]
+        row_bits = None
         if isinstance(nbits, int) and not isinstance(nbits, bool):  # every row the same size
             nb = torch.full((m,), nbits, dtype=torch.int64, device=x_i.device)
+            row_bits = nbits
         else:
             nb = torch.as_tensor(nbits, dtype=torch.int64, device=x_i.device)
             nb = nb.expand(m).clone() if nb.dim() == 0 else nb
-        return Packet(fields, nb, x_i.shape[1], x_i.dtype, frozenset(wire), meta or {})
+        return Packet(fields, nb, x_i.shape[1], x_i.dtype, frozenset(wire), meta or {}, row_bits)
 
     def params(self) -> dict[str, Any]:
         """The hyperparameters, for config files."""
