@@ -17,9 +17,9 @@ the interleaved repeats) against a 12-run batch's step divided by 12 (EF21 + Top
 n = 20, on this process's threads, or on the GPU with ``--device cuda``), with the range of
 that share over the rounds, each round's from its two adjacent windows (on the 2-core AMD
 EPYC, mushrooms' share measured 0.27 and 0.28 in two runs and 0.47 in a third, a day later,
-with the same code). A third splits both,
-in the same rounds, into the step with a free gradient (its floor, as in the paper table) and
-the gradient alone at the step's point: what batching saves per run on each. Each timed
+with the same code). A third splits both, in the same rounds, into the step with a free
+gradient (its floor, as in the paper table) and the gradient alone at the step's point: what
+batching saves per run on each. Each timed
 window (a round times the six, in turn) starts once the threads of the one before have gone
 quiet (:func:`problems.glm_engine.settle`, as in the paper table) and after 0.1 s of untimed
 calls (:data:`WARM_S`). Without them the first 100 ms of each window ran slow: NumPy's BLAS
