@@ -12,23 +12,23 @@ apart: otherwise the first sweep measured them and the second found them (on the
 EPYC, a fresh memo added 11 s to the batched sweep's 26 s). ``--quick`` runs the grid on
 mushrooms and phishing at 300 iterations. ``--device cuda`` runs both sweeps' runs on the GPU.
 
-A second table, measured first, times the step itself on each set: one run's step (median of
-the interleaved repeats) against a 12-run batch's step divided by 12 (EF21 + Top-1, float64,
-n = 20, on this process's threads, or on the GPU with ``--device cuda``), with the range of
-that share over the rounds, each round's from its two adjacent windows (on the 2-core AMD
-EPYC, mushrooms' share measured 0.27 and 0.28 in two runs and 0.47 in a third, a day later,
-with the same code). A third splits both, in the same rounds, into the step with a free
-gradient (its floor, as in the paper table) and the gradient alone at the step's point: what
-batching saves per run on each. Each timed
-window (a round times the six, in turn) starts once the threads of the one before have gone
-quiet (:func:`problems.glm_engine.settle`, as in the paper table) and after 0.1 s of untimed
-calls (:data:`WARM_S`). Without them the first 100 ms of each window ran slow: NumPy's BLAS
-threads, which the single run's gradient may use, spin for about 0.1 s after it and shared the
-cores with the batch's kernel (phishing, single run on dense-numpy/2: the batch's first 60 steps
-1.7-1.9 ms each, then 0.78-0.8 ms), and after a pause even alone the first 100 steps averaged
-0.9-1.1 ms against 0.75 ms (measured while settle's wait could still end early, before its
-windows spanned the clock's ticks; after a full wait the first 10-20 ms can still run slow). A
-sweep runs thousands of steps without such pauses. Each part's rows are saved as it ends.
+A second table, measured first, times the step itself on each set: one run's step (median of the
+interleaved repeats) against a 12-run batch's step divided by 12 (EF21 + Top-1, float64, n = 20,
+on this process's threads, or on the GPU with ``--device cuda``), with the range of that share
+over the rounds, each round's from its two adjacent windows (on the 2-core AMD EPYC, mushrooms'
+share measured 0.27 and 0.28 in two runs and 0.47 in a third, a day later, with the same code).
+A third splits both, in the same rounds, into the step with a free gradient (its floor, as in
+the paper table) and the gradient alone at the step's point: what batching saves per run on
+each. Each timed window (a round times the six, in turn) starts once the threads of the one
+before have gone quiet (:func:`problems.glm_engine.settle`, as in the paper table) and after
+0.1 s of untimed calls (:data:`WARM_S`). Without them the first 100 ms of each window ran slow:
+NumPy's BLAS threads, which the single run's gradient may use, spin for about 0.1 s after it and
+shared the cores with the batch's kernel (phishing, single run on dense-numpy/2: the batch's
+first 60 steps 1.7-1.9 ms each, then 0.78-0.8 ms), and after a pause even alone the first 100
+steps averaged 0.9-1.1 ms against 0.75 ms (measured while settle's wait could still end early,
+before its windows spanned the clock's ticks; after a full wait the first 10-20 ms can still run
+slow). A sweep runs thousands of steps without such pauses. Each part's rows are saved as it
+ends.
 
 Targets (issue 35): the grid at least 5x faster batched, and the per-run step of a 12-run batch
 at most 1/4 of a single run's.
@@ -49,7 +49,7 @@ import torch
 
 from benchmarks.paper import FreeGrad, find_data
 from benchmarks.progress import Tracker
-from benchmarks.report import spread
+from benchmarks.report import round_ratios, spread
 
 log = logging.getLogger("benchmarks")
 
@@ -182,10 +182,9 @@ def step_times(name: str, steps: int, repeats: int = 3, device: str = "cpu") -> 
     return {
         "set": name,
         **{key: statistics.median(t) for key, t in times.items()},
-        # each round's share, its two steps timed one after the other
-        "share_rounds": [
-            b / BATCH / s for s, b in zip(times["single_s"], times["batch_s"], strict=True)
-        ],
+        # each round's two steps, timed one after the other
+        "single_rounds_s": times["single_s"],
+        "batch_rounds_s": times["batch_s"],
         "points_engine": problem.points_engine,
         "engine": problem.engine,
         "threads": torch.get_num_threads(),
@@ -246,6 +245,9 @@ def derive(rows: list[dict]) -> list[dict]:
             r["target"] = "met" if ok else f"MISSED (>= {GRID_SPEEDUP:g}x)"
         elif r.get("kind") == "step":
             r["share"] = r["batch_s"] / BATCH / r["single_s"]
+            if r.get("single_rounds_s") and r.get("batch_rounds_s"):
+                batch = [b / BATCH for b in r["batch_rounds_s"]]
+                r["share_rounds"] = round_ratios(batch, r["single_rounds_s"], per=1)
             ok = r["share"] <= STEP_SHARE
             r["target"] = "met" if ok else f"MISSED (<= {STEP_SHARE:g})"
             for part in ("floor", "grad"):

@@ -22,6 +22,7 @@ __all__ = [
     "derive_deep",
     "derive_paper",
     "markdown",
+    "round_ratios",
     "spread",
 ]
 
@@ -143,8 +144,9 @@ def derive_paper(rows: list[dict], bandwidth: float) -> list[dict]:
     (bytes / ``bandwidth``), ``floor_share`` (floor / compzoo), ``target`` (float64:
     speed-up >= 5x; a miss says by how much) and, where the vectorized baseline was timed,
     ``vectorized_ratio`` (vectorized / compzoo: above 1, compzoo is faster) with
-    ``vectorized_target`` (issue 35: compzoo no slower than the vectorized script) to the rows
-    of :mod:`benchmarks.paper`."""
+    ``vectorized_target`` (issue 35: compzoo no slower than the vectorized script) and, from
+    the rounds' timings, ``vectorized_ratio_rounds`` (:func:`round_ratios`) to the rows of
+    :mod:`benchmarks.paper`."""
     out = []
     for r in rows:
         r = dict(r)
@@ -155,6 +157,10 @@ def derive_paper(rows: list[dict], bandwidth: float) -> list[dict]:
             r["floor_share"] = r["floor_s"] / r["compzoo_s"]
             if "vectorized_s" in r:
                 r["vectorized_ratio"] = q = r["vectorized_s"] / r["compzoo_s"]
+                if r.get("compzoo_rounds_s") and r.get("vectorized_rounds_s"):
+                    r["vectorized_ratio_rounds"] = round_ratios(
+                        r["vectorized_rounds_s"], r["compzoo_rounds_s"]
+                    )
                 r["vectorized_target"] = (
                     "met" if q >= 1 else f"MISSED: compzoo {1 / q:.2f}x the vectorized time"
                 )
@@ -293,6 +299,14 @@ def _paper_split(rows: list[dict]) -> str:
     text = "\nWhere compzoo's step is slower than the script's (each side's gradient, then the "
     text += "rest of its step):\n\n"
     return text + _table(head, lines) + "\n"
+
+
+def round_ratios(top: list[float], bottom: list[float], per: int = 2) -> list[float]:
+    """Each round's ratio: the sum of its ``per`` timings in ``top`` over the sum of its
+    ``per`` in ``bottom`` (both in the order taken, ``per`` a round)."""
+    if len(top) != len(bottom) or len(top) % per:
+        raise ValueError(f"timings of unequal rounds: {len(top)} and {len(bottom)}, {per} a round")
+    return [sum(top[i : i + per]) / sum(bottom[i : i + per]) for i in range(0, len(top), per)]
 
 
 def spread(values) -> str:

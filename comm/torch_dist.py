@@ -31,7 +31,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from comm.base import Comm
+from comm.base import Comm, packet_bits
 from compressors.timing import section
 
 # What a failed collective raises: a peer that died closes its connections, a hung one lets
@@ -116,14 +116,14 @@ class TorchDistComm(Comm):
         """
         if self.sharded:
             if decoded is not None:
-                return self.reduce_rows(decoded, packet.nbits, weight)
-            self._charge_up(packet.nbits, weight)
+                return self.reduce_rows(decoded, packet_bits(packet), weight)
+            self._charge_up(packet_bits(packet), weight)
             local = compressor.decode_sum(packet, self._weights(weight, packet.dtype))
             return self._all_reduce(local.contiguous())
         w = self._weight(weight)
         sending = w != 0.0
         if sending:
-            self.ledger.charge_up(packet.nbits)
+            self.ledger.charge_up(packet_bits(packet))
         if compressor.sparsifier and compressor.shared_randomness and "indices" not in packet.wire:
             return self._reduce_shared_support(packet, w)
         values = packet.fields.get("values")

@@ -51,9 +51,15 @@ def test_the_split_of_the_steps_on_injected_numbers():
     assert r["share"] == pytest.approx(0.25) and r["target"] == "met"
     text = grid.markdown([r])
     assert "| mushrooms | 0.100 | 0.125 | 0.240 | 0.450 | 0.20 | 0.30 |" in text
-    # the share round by round (each from its two adjacent windows): its range
-    spread = grid.markdown(grid.derive([{**row, "share_rounds": [0.31, 0.22, 0.25]}]))
-    assert "| 0.600 | 0.050 | 0.25 | 0.22-0.31 | met |" in spread
+    # the share round by round, each from its two adjacent windows, and its range
+    rounds = {
+        **row,
+        "single_rounds_s": [2e-4, 1e-4, 2.5e-4],
+        "batch_rounds_s": [6e-4, 3.6e-4, 9e-4],
+    }
+    (rr,) = grid.derive([rounds])
+    assert rr["share_rounds"] == pytest.approx([0.25, 0.3, 0.3])
+    assert "| 0.600 | 0.050 | 0.25 | 0.25-0.30 | met |" in grid.markdown([rr])
     old = {k: v for k, v in row.items() if "floor" not in k and "grad" not in k}
     (o,) = grid.derive([old])
     assert "floor_share" not in o and "Where the steps go" not in grid.markdown([o])
@@ -101,7 +107,11 @@ def test_grid_quick_on_one_set(monkeypatch):
     assert s["set"] == "mushrooms" and s["single_s"] > 0 and s["batch_s"] > 0
     split = [f"{who}_{part}_s" for who in ("single", "batch") for part in ("floor", "grad")]
     assert all(s[key] > 0 for key in split), s
-    assert len(s["share_rounds"]) == 3 and all(q > 0 for q in s["share_rounds"]), s
+    assert len(s["single_rounds_s"]) == len(s["batch_rounds_s"]) == 3, s
+    assert s["single_s"] == sorted(s["single_rounds_s"])[1]  # the median of the rounds
+    assert s["share_rounds"] == pytest.approx(
+        [b / grid.BATCH / a for a, b in zip(s["single_rounds_s"], s["batch_rounds_s"], strict=True)]
+    )
 
 
 @pytest.mark.heavy

@@ -208,10 +208,15 @@ def test_report_has_the_vectorized_columns():
     assert "| 2.00x | - | csr | met |" in report.paper_markdown(fast)
     # the ratio round by round (each round's script timings over its compzoo ones): its range
     # in the table and beside a miss
-    rounds = report.derive_paper([{**row, "vectorized_ratio_rounds": [0.6, 0.45, 0.5]}], 2.0**30)
+    timed = {"compzoo_rounds_s": [1e-3, 1e-3, 2e-3, 2e-3, 1e-3, 3e-3],
+             "vectorized_rounds_s": [6e-4, 6e-4, 9e-4, 9e-4, 2e-3, 4e-4]}  # fmt: skip
+    rounds = report.derive_paper([{**row, **timed}], 2.0**30)
+    assert rounds[0]["vectorized_ratio_rounds"] == pytest.approx([0.6, 0.45, 0.6])
     text = report.paper_markdown(rounds)
     assert "| 1 | 0.50x | 0.45-0.60 | csr | MISSED" in text
     assert "the vectorized time (issue 35); vectorized/compzoo by round 0.45-0.60" in text
+    with pytest.raises(ValueError, match="unequal rounds"):
+        report.round_ratios([1.0, 2.0], [1.0, 2.0, 3.0])
     engines = "| a9a | 2 | 1 | 4 | 4 | 4 | 4 | 4 | 4 | 4 | csr | csr | yes |"
     assert engines + " 0.5 | 0.75 | 1.5 | 1.25 | csr |" in text
     assert set(report.VEC_STORAGES) == set(VARIANTS)
